@@ -1,0 +1,295 @@
+# Copyright 2026 The NVFP4-for-MaxText Authors. Licensed under the Apache License, Version 2.0.
+"""A deterministic local training corpus built from the Python standard library's source files.
+
+Why this corpus: CPU runs need real text (synthetic tokens make every precision's loss curve look the same),
+the machines have no network, and every Python installation carries ~11 MB of human-written source code. The
+same interpreter always yields byte-identical files, so two people comparing precisions train on the same data.
+
+What is built, in OUT_DIR:
+  train.parquet, eval.parquet  one string column "text" (and "path", for traceability), read by maxtext's grain
+                               pipeline (`dataset_type=grain grain_file_type=parquet`), which tokenizes on the fly
+  corpus.json                  the manifest: source, split rule, document counts, sha256 of each parquet file
+
+Rules (all deterministic, none depends on time, locale or file-system order):
+  * files: every `*.py` under the running interpreter's stdlib dir, paths sorted, skipping any directory named
+    in `EXCLUDED_DIR_NAMES` (tests, site-packages, caches);
+  * text: UTF-8 with invalid bytes replaced, CRLF/CR normalized to LF; files longer than `max_doc_chars` are cut
+    into pieces at line boundaries, because maxtext's chunking tokenizer caps the chunks one document may yield;
+  * split: a file goes to eval when the first 8 bytes of sha256(relative path) / 2**64 < `eval_fraction`, so the
+    split never changes when files are added elsewhere, and all pieces of one file land in the same split;
+  * row order: by sha256(relative path, piece index), which mixes packages (sorted order would feed a run all of
+    asyncio first, and grain's parquet shuffle buffer is only 100 rows).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import enum
+import hashlib
+import importlib.util
+import json
+import os
+import sys
+import sysconfig
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+#: Version of the on-disk layout and of the rules above; bump it when either changes.
+CORPUS_FORMAT_VERSION = 1
+
+#: Directory names skipped anywhere under the stdlib dir: test suites are huge, repetitive and full of
+#: deliberately broken code; site-packages holds third-party code that differs between installations.
+EXCLUDED_DIR_NAMES = frozenset({"test", "tests", "idle_test", "site-packages", "dist-packages", "__pycache__"})
+
+#: The tokenizer maxtext's pipeline uses on this corpus: the smallest-vocabulary one the maxtext 0.2.5 wheel ships
+#: (`maxtext/assets/tokenizers/`; `tokenizer.llama2` and `tokenizer.mistral-v1` are SentencePiece, 32000 pieces;
+#: `tokenizer.default` and `tokenizer.mistral-v3` have 32768; the others are larger). Pass it as an absolute path
+#: (`tokenizer_file()`): the installed wheel resolves bare names against `<site-packages>/maxtext/src/maxtext/assets`,
+#: a folder that exists only in a source checkout, unless MAXTEXT_ASSETS_ROOT is set.
+TOKENIZER_NAME = "tokenizer.llama2"
+TOKENIZER_TYPE = "sentencepiece"
+#: Pieces in `TOKENIZER_NAME`; a model's `vocab_size` must be at least this.
+TOKENIZER_VOCAB_SIZE = 32000
+
+TEXT_COLUMN = "text"
+PATH_COLUMN = "path"
+MANIFEST_NAME = "corpus.json"
+DEFAULT_EVAL_FRACTION = 0.05
+#: Longest piece, in characters. TokenizeAndChunk yields at most 2048 chunks per row; 32768 characters of Python
+#: is ~10k tokens, far below 2048 chunks for any max_target_length >= 8.
+DEFAULT_MAX_DOC_CHARS = 32768
+
+
+class Split(str, enum.Enum):
+  """The two splits; the value is the parquet file's stem."""
+
+  TRAIN = "train"
+  EVAL = "eval"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Document:
+  """One row of the corpus: a whole source file or one piece of a long one."""
+
+  path: str  # relative posix path under the stdlib dir, with "#<piece>" appended for pieces after the first
+  text: str
+  order_key: bytes  # sha256 of (path, piece); rows are written sorted by it
+
+
+def tokenizer_file() -> Path:
+  """Absolute path of `TOKENIZER_NAME` inside the installed maxtext package, found without importing maxtext.
+
+  Raises:
+    ValueError: maxtext is not installed, or its wheel lacks the tokenizer.
+  """
+  spec = importlib.util.find_spec("maxtext")
+  if spec is None or not spec.submodule_search_locations:
+    raise ValueError("maxtext is not installed in this interpreter; run ./setup.sh and use .venv/bin/python")
+  path = Path(next(iter(spec.submodule_search_locations))) / "assets" / "tokenizers" / TOKENIZER_NAME
+  if not path.is_file():
+    raise ValueError(f"{TOKENIZER_NAME} not found at {path}; this project expects the maxtext 0.2.5 wheel")
+  return path
+
+
+def stdlib_dir() -> Path:
+  """The running interpreter's standard-library directory (for a venv: the base interpreter's)."""
+  return Path(sysconfig.get_paths()["stdlib"])
+
+
+def list_source_files(root: Path) -> list[str]:
+  """Relative posix paths of the `*.py` files under `root`, sorted, without excluded directories.
+
+  Raises:
+    ValueError: `root` is not a directory or holds no Python files.
+  """
+  if not root.is_dir():
+    raise ValueError(f"stdlib dir {str(root)!r} is not a directory; pass --stdlib-dir pointing at e.g. {stdlib_dir()}")
+  found = []
+  for dirpath, dirnames, filenames in os.walk(root):
+    dirnames[:] = sorted(d for d in dirnames if d not in EXCLUDED_DIR_NAMES)
+    rel_dir = Path(dirpath).relative_to(root)
+    found.extend((rel_dir / name).as_posix() for name in filenames if name.endswith(".py"))
+  if not found:
+    raise ValueError(f"no *.py files under {str(root)!r}: is it a Python standard-library directory?")
+  return sorted(found)
+
+
+def assign_split(rel_path: str, eval_fraction: float) -> Split:
+  """The split of one file: a pure function of its relative path, so adding files never moves others."""
+  digest = hashlib.sha256(rel_path.encode("utf-8")).digest()
+  bucket = int.from_bytes(digest[:8], "big") / 2.0**64
+  return Split.EVAL if bucket < eval_fraction else Split.TRAIN
+
+
+def read_source(path: Path) -> str:
+  """A file's text: UTF-8 with invalid bytes replaced and line endings normalized, independent of the locale."""
+  text = path.read_bytes().decode("utf-8", errors="replace")
+  return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def split_long_text(text: str, max_chars: int) -> list[str]:
+  """Cuts `text` into pieces of at most `max_chars` characters, at line ends where a line allows it.
+
+  Concatenating the pieces gives back `text` exactly; a single line longer than `max_chars` is cut mid-line.
+  """
+  if max_chars <= 0:
+    raise ValueError(f"max_doc_chars must be positive, got {max_chars}")
+  pieces, current, size = [], [], 0
+  for line in text.splitlines(keepends=True):
+    while len(line) > max_chars:  # a pathological single line: hard cut
+      if current:
+        pieces.append("".join(current))
+        current, size = [], 0
+      pieces.append(line[:max_chars])
+      line = line[max_chars:]
+    if size + len(line) > max_chars and current:
+      pieces.append("".join(current))
+      current, size = [], 0
+    current.append(line)
+    size += len(line)
+  if current:
+    pieces.append("".join(current))
+  return pieces
+
+
+def collect_documents(
+    root: Path, *, eval_fraction: float, max_doc_chars: int
+) -> dict[Split, list[Document]]:
+  """Reads, splits and orders every document; the result depends only on the files' contents and paths."""
+  if not 0.0 < eval_fraction < 1.0:
+    raise ValueError(f"eval_fraction must be in (0, 1), got {eval_fraction}; the default is {DEFAULT_EVAL_FRACTION}")
+  splits: dict[Split, list[Document]] = {Split.TRAIN: [], Split.EVAL: []}
+  for rel_path in list_source_files(root):
+    text = read_source(root / rel_path)
+    if not text.strip():
+      continue  # empty __init__.py files carry no text and would only add BOS/EOS pairs
+    split = assign_split(rel_path, eval_fraction)
+    for piece_index, piece in enumerate(split_long_text(text, max_doc_chars)):
+      name = rel_path if piece_index == 0 else f"{rel_path}#{piece_index}"
+      key = hashlib.sha256(f"{rel_path}\0{piece_index}".encode("utf-8")).digest()
+      splits[split].append(Document(path=name, text=piece, order_key=key))
+  for docs in splits.values():
+    docs.sort(key=lambda d: d.order_key)
+  if not splits[Split.EVAL] or not splits[Split.TRAIN]:
+    raise ValueError(f"eval_fraction={eval_fraction} left a split empty; use a value such as {DEFAULT_EVAL_FRACTION}")
+  return splits
+
+
+def write_parquet(docs: Sequence[Document], path: Path) -> None:
+  """Writes the rows with fixed writer settings, so equal rows give equal bytes (no timestamps in parquet)."""
+  table = pa.table(
+      {TEXT_COLUMN: pa.array([d.text for d in docs], pa.string()), PATH_COLUMN: pa.array([d.path for d in docs], pa.string())}
+  )
+  pq.write_table(table, path, compression="zstd", compression_level=3, row_group_size=1024, write_statistics=False)
+
+
+def _sha256_file(path: Path) -> str:
+  return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def build_corpus(
+    out_dir: str | os.PathLike,
+    *,
+    root: Path | None = None,
+    eval_fraction: float = DEFAULT_EVAL_FRACTION,
+    max_doc_chars: int = DEFAULT_MAX_DOC_CHARS,
+) -> dict:
+  """Builds the corpus into `out_dir` (created if missing, files overwritten) and returns the manifest.
+
+  Args:
+    out_dir: directory to write train.parquet, eval.parquet and corpus.json into.
+    root: the source directory; default: the running interpreter's stdlib dir.
+    eval_fraction: expected fraction of files that go to eval (by hash of the relative path).
+    max_doc_chars: longest row, in characters; longer files are cut at line boundaries.
+
+  Returns:
+    The manifest also written to corpus.json.
+  """
+  root = Path(root) if root is not None else stdlib_dir()
+  out = Path(out_dir)
+  out.mkdir(parents=True, exist_ok=True)
+  splits = collect_documents(root, eval_fraction=eval_fraction, max_doc_chars=max_doc_chars)
+  files = {}
+  for split, docs in splits.items():
+    path = out / f"{split.value}.parquet"
+    write_parquet(docs, path)
+    files[split.value] = {
+        "file": path.name,
+        "rows": len(docs),
+        "source_files": len({d.path.split("#")[0] for d in docs}),
+        "characters": sum(len(d.text) for d in docs),
+        "sha256": _sha256_file(path),
+    }
+  manifest = {
+      "format_version": CORPUS_FORMAT_VERSION,
+      "source": "python-stdlib",
+      "python_version": ".".join(map(str, sys.version_info[:3])),
+      "stdlib_dir": str(root),
+      "excluded_dir_names": sorted(EXCLUDED_DIR_NAMES),
+      "eval_fraction": eval_fraction,
+      "max_doc_chars": max_doc_chars,
+      "columns": [TEXT_COLUMN, PATH_COLUMN],
+      "splits": files,
+      "tokenizer_name": TOKENIZER_NAME,
+      "tokenizer_type": TOKENIZER_TYPE,
+      "tokenizer_vocab_size": TOKENIZER_VOCAB_SIZE,
+  }
+  (out / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+  return manifest
+
+
+def corpus_overrides(corpus_dir: str | os.PathLike) -> list[str]:
+  """The maxtext `key=value` overrides that point a run at a built corpus (absolute paths, any working dir).
+
+  `use_truncation=false` makes maxtext chunk each row into max_target_length pieces instead of dropping all but
+  the first; `packing` (on by default) then fills each sequence. `grain_worker_count=0` reads in the training
+  process, which on a 2-core CPU is faster than a worker subprocess.
+  """
+  out = Path(corpus_dir).resolve()
+  return [
+      "dataset_type=grain",
+      "grain_file_type=parquet",
+      f"grain_train_files={out / 'train.parquet'}",
+      f"grain_eval_files={out / 'eval.parquet'}",
+      f"train_data_columns=['{TEXT_COLUMN}']",
+      f"eval_data_columns=['{TEXT_COLUMN}']",
+      f"tokenizer_path={tokenizer_file()}",
+      f"tokenizer_type={TOKENIZER_TYPE}",
+      f"vocab_size={TOKENIZER_VOCAB_SIZE}",
+      "use_truncation=false",
+      "grain_worker_count=0",
+      "grain_worker_count_eval=0",
+  ]
+
+
+def _parse_args(argv: Iterable[str] | None) -> argparse.Namespace:
+  parser = argparse.ArgumentParser(
+      prog="python -m MaxText.data.corpus",
+      description="Build the deterministic Python-stdlib corpus (train/eval parquet) for CPU training runs.",
+  )
+  parser.add_argument("out_dir", help="directory to write train.parquet, eval.parquet and corpus.json into")
+  parser.add_argument("--stdlib-dir", type=Path, default=None, help=f"source dir (default: {stdlib_dir()})")
+  parser.add_argument("--eval-fraction", type=float, default=DEFAULT_EVAL_FRACTION, help="fraction of files for eval")
+  parser.add_argument("--max-doc-chars", type=int, default=DEFAULT_MAX_DOC_CHARS, help="longest row, in characters")
+  return parser.parse_args(None if argv is None else list(argv))
+
+
+def main(argv: Iterable[str] | None = None) -> int:
+  """CLI: build the corpus, print its summary and the maxtext overrides that use it."""
+  args = _parse_args(argv)
+  manifest = build_corpus(
+      args.out_dir, root=args.stdlib_dir, eval_fraction=args.eval_fraction, max_doc_chars=args.max_doc_chars
+  )
+  for name, info in manifest["splits"].items():
+    print(f"{name}: {info['rows']} rows from {info['source_files']} files, {info['characters']} chars, sha256 {info['sha256']}")
+  print("maxtext overrides for this corpus:")
+  print(" ".join(corpus_overrides(args.out_dir)))
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
