@@ -1,0 +1,24 @@
+# Copyright 2026 The NVFP4-for-MaxText Authors. Licensed under the Apache License, Version 2.0.
+"""Compare training runs against a baseline (`python -m MaxText.compare RUN ... --baseline NAME`).
+
+Layers, one way: metrics (read JSONL/TensorBoard) -> analysis (maths) -> report (files, table) and plots; schema
+holds report.json's pydantic models.
+"""
+
+from MaxText.compare.analysis import compare, summarize_run
+from MaxText.compare.metrics import RunMetrics, load_run
+from MaxText.compare.report import build_report, read_report, write_report
+from MaxText.compare.schema import SCHEMA_VERSION, Report, Settings
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "Report",
+    "RunMetrics",
+    "Settings",
+    "build_report",
+    "compare",
+    "load_run",
+    "read_report",
+    "summarize_run",
+    "write_report",
+]

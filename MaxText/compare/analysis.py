@@ -1,0 +1,187 @@
+# Copyright 2026 The NVFP4-for-MaxText Authors. Licensed under the Apache License, Version 2.0.
+"""The comparison maths: loss gaps in nats on aligned steps, step-0 agreement, throughput and speedup.
+
+Conventions (the README repeats them):
+  * gap = candidate loss - baseline loss, in nats, on the steps both runs logged (missing steps are skipped, never
+    interpolated); positive means the candidate is worse.
+  * window: steps >= window start. Default start = the end of warm-up, read from the baseline's logged learning
+    rate (the first step at which it reaches its maximum); if no learning rate was logged, or it peaks at the last
+    step, `DEFAULT_WINDOW_FRACTION` of the way into the common steps.
+  * smoothed final gap: the mean over the last `smooth` common window steps of the candidate minus the same mean of
+    the baseline (a trailing mean, not an EMA: it weighs those steps equally and is easy to check by hand).
+  * divergence: a run diverges at the first step whose loss is NaN or +-inf; the gap statistics then use only the
+    common steps before the first bad step of either run, and the comparison's status says which run diverged.
+  * throughput: medians over steps >= `perf_start_step` (default 1: step 0 includes compilation and first dispatch)
+    with finite values. maxtext's TFLOP/s/device counts model FLOPs, which do not depend on the precision, so its
+    ratio equals the speedup; speedup = baseline median step time / candidate median step time.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from MaxText.compare.metrics import RunMetrics
+from MaxText.compare.schema import Comparison, LossGap, RunSummary, Settings, Status, Step0, WindowRule
+
+#: Window start as a fraction of the common steps when warm-up cannot be read: maxtext's default
+#: warmup_steps_fraction (0.1).
+DEFAULT_WINDOW_FRACTION = 0.1
+
+
+def _finite_or_none(x: float) -> float | None:
+  return float(x) if math.isfinite(x) else None
+
+
+def first_nonfinite_step(run: RunMetrics) -> int | None:
+  """The first logged step whose loss is NaN or infinite, or None."""
+  bad = ~np.isfinite(run.loss)
+  return int(run.steps[np.argmax(bad)]) if bad.any() else None
+
+
+def warmup_end_step(run: RunMetrics) -> int | None:
+  """The first step at which the logged learning rate reaches its maximum; None without a usable LR column."""
+  lr = run.learning_rate
+  ok = np.isfinite(lr)
+  if not ok.any():
+    return None
+  peak = np.max(lr[ok])
+  return int(run.steps[ok][np.argmax(lr[ok] >= peak * (1 - 1e-6))])
+
+
+def _median(values: np.ndarray) -> float | None:
+  values = values[np.isfinite(values)]
+  return float(np.median(values)) if len(values) else None
+
+
+def summarize_run(run: RunMetrics, settings: Settings) -> RunSummary:
+  """One run's own numbers: length, divergence, smoothed final loss and median throughput."""
+  keep = run.steps >= settings.perf_start_step
+  times = run.step_time[keep]
+  bad = first_nonfinite_step(run)
+  return RunSummary(
+      name=run.name,
+      source=run.source,
+      path=run.path,
+      num_steps=len(run.steps),
+      first_step=int(run.steps[0]),
+      last_step=int(run.steps[-1]),
+      diverged=bad is not None,
+      first_nonfinite_step=bad,
+      final_loss_smoothed=smoothed_final_loss(run, settings.smooth),
+      perf_steps=int(np.isfinite(times).sum()),
+      median_step_time_s=_median(times),
+      median_tflops_per_sec_per_device=_median(run.tflops[keep]),
+      median_tokens_per_sec_per_device=_median(run.tokens_per_sec[keep]),
+      skipped_lines=run.skipped_lines,
+  )
+
+
+def smoothed_final_loss(run: RunMetrics, smooth: int) -> float | None:
+  """Trailing mean of the last `smooth` finite losses before any divergence."""
+  bad = first_nonfinite_step(run)
+  loss = run.loss if bad is None else run.loss[run.steps < bad]
+  return float(np.mean(loss[-smooth:])) if len(loss) else None
+
+
+def _status(base_bad: int | None, cand_bad: int | None, common: int) -> Status:
+  if common == 0:
+    return Status.NO_COMMON_STEPS
+  if base_bad is not None and cand_bad is not None:
+    return Status.BOTH_DIVERGED
+  if cand_bad is not None:
+    return Status.CANDIDATE_DIVERGED
+  if base_bad is not None:
+    return Status.BASELINE_DIVERGED
+  return Status.OK
+
+
+def _window_start(baseline: RunMetrics, steps: np.ndarray, settings: Settings) -> tuple[int, WindowRule]:
+  if settings.window_start is not None:
+    return settings.window_start, WindowRule.EXPLICIT
+  warm = warmup_end_step(baseline)
+  if warm is not None and warm < int(steps[-1]):
+    return warm, WindowRule.LR_PEAK
+  first, last = int(steps[0]), int(steps[-1])
+  return first + math.ceil(DEFAULT_WINDOW_FRACTION * (last - first)), WindowRule.FRACTION
+
+
+def loss_gap(
+    baseline: RunMetrics, candidate: RunMetrics, steps: np.ndarray, settings: Settings
+) -> LossGap | None:
+  """Gap statistics on `steps` (aligned, finite in both runs); None when the window holds no step."""
+  if len(steps) == 0:
+    return None
+  start, rule = _window_start(baseline, steps, settings)
+  window = steps[steps >= start]
+  if len(window) == 0:
+    return None
+  base = baseline.loss[np.searchsorted(baseline.steps, window)]
+  cand = candidate.loss[np.searchsorted(candidate.steps, window)]
+  gap = cand - base
+  k = min(settings.smooth, len(window))
+  i_max = int(np.argmax(gap))
+  return LossGap(
+      window_start_step=int(start),
+      window_end_step=int(window[-1]),
+      window_rule=rule,
+      num_steps=len(window),
+      mean_nats=float(np.mean(gap)),
+      max_nats=float(gap[i_max]),
+      max_step=int(window[i_max]),
+      max_abs_nats=float(np.max(np.abs(gap))),
+      final_smoothed_nats=float(np.mean(cand[-k:]) - np.mean(base[-k:])),
+      smooth_steps=k,
+  )
+
+
+def step0_agreement(baseline: RunMetrics, candidate: RunMetrics, tolerance: float) -> Step0:
+  """Losses at step 0 (same weights and data -> nearly equal); the numbers are null when either run lacks step 0."""
+  if not (baseline.steps[0] == 0 and candidate.steps[0] == 0):
+    return Step0(baseline_loss=None, candidate_loss=None, abs_diff=None, tolerance=tolerance, within_tolerance=None)
+  b, c = float(baseline.loss[0]), float(candidate.loss[0])
+  diff = abs(c - b)
+  return Step0(
+      baseline_loss=_finite_or_none(b),
+      candidate_loss=_finite_or_none(c),
+      abs_diff=_finite_or_none(diff),
+      tolerance=tolerance,
+      within_tolerance=bool(diff <= tolerance),  # NaN compares False: a NaN step 0 never agrees
+  )
+
+
+def _final_eval_gap(baseline: RunMetrics, candidate: RunMetrics) -> tuple[int | None, float | None]:
+  common = np.intersect1d(baseline.eval_steps, candidate.eval_steps)
+  if len(common) == 0:
+    return None, None
+  step = common[-1]
+  b = baseline.eval_loss[np.searchsorted(baseline.eval_steps, step)]
+  c = candidate.eval_loss[np.searchsorted(candidate.eval_steps, step)]
+  return int(step), _finite_or_none(c - b)
+
+
+def compare(baseline: RunMetrics, candidate: RunMetrics, settings: Settings) -> Comparison:
+  """Compares one candidate run with the baseline; never raises on divergence, gaps or mismatched lengths."""
+  common = np.intersect1d(baseline.steps, candidate.steps)
+  base_bad, cand_bad = first_nonfinite_step(baseline), first_nonfinite_step(candidate)
+  bads = [s for s in (base_bad, cand_bad) if s is not None]
+  first_bad = min(bads) if bads else None
+  usable = common if first_bad is None else common[common < first_bad]
+  base_time = summarize_run(baseline, settings).median_step_time_s
+  cand_time = summarize_run(candidate, settings).median_step_time_s
+  eval_step, eval_gap = _final_eval_gap(baseline, candidate)
+  return Comparison(
+      candidate=candidate.name,
+      baseline=baseline.name,
+      status=_status(base_bad, cand_bad, len(common)),
+      common_steps=len(common),
+      baseline_only_steps=len(np.setdiff1d(baseline.steps, candidate.steps)),
+      candidate_only_steps=len(np.setdiff1d(candidate.steps, baseline.steps)),
+      first_bad_step=first_bad,
+      loss_gap=loss_gap(baseline, candidate, usable, settings),
+      step0=step0_agreement(baseline, candidate, settings.step0_tolerance),
+      speedup=base_time / cand_time if base_time and cand_time else None,
+      final_eval_step=eval_step,
+      final_eval_gap_nats=eval_gap,
+  )

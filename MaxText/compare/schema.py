@@ -1,0 +1,125 @@
+# Copyright 2026 The NVFP4-for-MaxText Authors. Licensed under the Apache License, Version 2.0.
+"""The versioned schema of report.json, as pydantic models: the single source of its field names and meanings.
+
+Why pydantic: the same models validate a report when it is read back (tests, downstream tools) and print a JSON
+Schema (`python -m MaxText.compare --print-schema`). Bump `SCHEMA_VERSION` on any change that is not a pure
+addition of an optional field. Missing or non-finite numbers are written as null, never as NaN (which JSON lacks).
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA_VERSION = "1.0"
+
+
+class _Model(BaseModel):
+  model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class MetricsSource(str, enum.Enum):
+  """Where a run's numbers came from."""
+
+  JSONL = "jsonl"
+  TENSORBOARD = "tensorboard"
+
+
+class WindowRule(str, enum.Enum):
+  """How the gap window's first step was chosen."""
+
+  EXPLICIT = "explicit"  # --window-start
+  LR_PEAK = "lr_peak"  # end of warm-up: first step at the baseline's peak learning rate
+  FRACTION = "fraction"  # 10% of the way into the common steps (no usable learning-rate column)
+
+
+class Status(str, enum.Enum):
+  """Outcome of one candidate-vs-baseline comparison."""
+
+  OK = "ok"
+  CANDIDATE_DIVERGED = "candidate_diverged"
+  BASELINE_DIVERGED = "baseline_diverged"
+  BOTH_DIVERGED = "both_diverged"
+  NO_COMMON_STEPS = "no_common_steps"
+
+
+class Settings(_Model):
+  """The knobs of a comparison, as used (defaults filled in)."""
+
+  window_start: int | None = Field(None, ge=0, description="--window-start; null: chosen per comparison")
+  smooth: int = Field(20, ge=1, description="steps in the trailing means (smoothed final loss and final gap)")
+  step0_tolerance: float = Field(0.05, ge=0, description="nats; step-0 losses closer than this agree")
+  perf_start_step: int = Field(1, ge=0, description="throughput medians use steps >= this (step 0 compiles)")
+
+
+class RunSummary(_Model):
+  """One run on its own."""
+
+  name: str
+  source: MetricsSource
+  path: str = Field(description="the metrics file or TensorBoard dir read")
+  num_steps: int = Field(description="training steps logged")
+  first_step: int
+  last_step: int
+  diverged: bool = Field(description="a logged loss is NaN or infinite")
+  first_nonfinite_step: int | None
+  final_loss_smoothed: float | None = Field(description="trailing mean of the last `smooth` finite losses, nats")
+  perf_steps: int = Field(description="steps behind the throughput medians")
+  median_step_time_s: float | None
+  median_tflops_per_sec_per_device: float | None = Field(description="maxtext's model-FLOP count")
+  median_tokens_per_sec_per_device: float | None
+  skipped_lines: int = Field(0, description="unparsable metrics lines that were skipped")
+
+
+class LossGap(_Model):
+  """Candidate loss - baseline loss (nats) over the window's aligned steps with finite losses in both runs."""
+
+  window_start_step: int
+  window_end_step: int
+  window_rule: WindowRule
+  num_steps: int
+  mean_nats: float = Field(description="mean gap; positive: the candidate trails the baseline")
+  max_nats: float = Field(description="largest signed gap")
+  max_step: int = Field(description="step of max_nats")
+  max_abs_nats: float
+  final_smoothed_nats: float = Field(description="trailing mean of the last smooth_steps window steps, cand - base")
+  smooth_steps: int
+
+
+class Step0(_Model):
+  """Loss at step 0: the same initial weights and first batch give nearly the same loss."""
+
+  baseline_loss: float | None
+  candidate_loss: float | None
+  abs_diff: float | None
+  tolerance: float
+  within_tolerance: bool | None = Field(description="null when a run lacks step 0")
+
+
+class Comparison(_Model):
+  """One candidate against the baseline, on the steps both logged."""
+
+  candidate: str
+  baseline: str
+  status: Status
+  common_steps: int
+  baseline_only_steps: int
+  candidate_only_steps: int
+  first_bad_step: int | None = Field(description="first step with a non-finite loss in either run")
+  loss_gap: LossGap | None = Field(description="null when no aligned finite step falls in the window")
+  step0: Step0
+  speedup: float | None = Field(description="baseline median step time / candidate median step time")
+  final_eval_step: int | None = Field(description="last train step after which both logged a full eval pass")
+  final_eval_gap_nats: float | None
+
+
+class Report(_Model):
+  """report.json."""
+
+  schema_version: Literal["1.0"] = SCHEMA_VERSION
+  baseline: str
+  settings: Settings
+  runs: list[RunSummary]
+  comparisons: list[Comparison]
