@@ -1,0 +1,168 @@
+# Copyright 2026 The MaxText NVFP4 plugin authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#    https://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""The plugin's config keys (all `nvfp4_*`), declared once on a subclass of maxtext's pydantic config."""
+
+from __future__ import annotations
+
+import difflib
+import enum
+import re
+
+import pydantic
+from pydantic import Field
+
+from maxtext.configs import types
+
+__all__ = [
+    "NVFP4_MODES",
+    "ConfigError",
+    "NVFP4AttentionPrecision",
+    "NVFP4Backend",
+    "NVFP4Config",
+    "format_config_error",
+]
+
+# The `quantization=` values this plugin serves. maxtext's own `QuantizationType` enum already lists both, so
+# no maxtext edit is needed for them to pass validation; the plugin takes over what they do at model creation.
+NVFP4_MODES: tuple[str, ...] = ("te_nvfp4", "te_nvfp4_no_rht")
+
+
+class NVFP4Backend(str, enum.Enum):
+  """Which implementation runs the NVFP4 GEMMs.
+
+  AUTO: TE when transformer_engine imports and every local GPU has compute capability >= 10.0 (Blackwell),
+    else EMULATED; the choice is logged in one line, never made silently.
+  TE: TransformerEngine's NVFP4 GEMMs; a clear error before compiling when TE or a Blackwell GPU is missing.
+  EMULATED: pure JAX, bit-identical quantized operands to TE's quantizer; runs anywhere, CPU included.
+  """
+
+  AUTO = "auto"
+  TE = "te"
+  EMULATED = "emulated"
+
+
+class NVFP4AttentionPrecision(str, enum.Enum):
+  """Precision of the attention projections (QKV, out) when an NVFP4 mode is on.
+
+  NVIDIA's NVFP4 recipe keeps attention out of FP4; these are the two non-FP4 choices.
+  BF16: attention GEMMs in the model's compute dtype, unquantized.
+  FP8: attention GEMMs in FP8: maxtext's own fp8 where TE is not used, TE FP8 current scaling with the TE
+    backend.
+  """
+
+  BF16 = "bf16"
+  FP8 = "fp8"
+
+
+class NVFP4Config(types.MaxTextConfig):
+  """maxtext's config plus the NVFP4 plugin keys.
+
+  Why a subclass: maxtext's config forbids unknown keys (`extra="forbid"`), and `pyconfig.initialize` takes a
+  `config_class`, so a subclass adds keys without editing maxtext. The keys only take effect when
+  `quantization` is one of `NVFP4_MODES`; with any other quantization they are validated and ignored.
+  """
+
+  nvfp4_backend: NVFP4Backend = Field(
+      NVFP4Backend.AUTO,
+      description="Implementation of the NVFP4 GEMMs: 'auto' (TE on Blackwell, else emulated), 'te', 'emulated'.",
+  )
+  nvfp4_attention_precision: NVFP4AttentionPrecision = Field(
+      NVFP4AttentionPrecision.BF16,
+      description="Precision of the attention projections under an NVFP4 mode: 'bf16' or 'fp8' (never FP4).",
+  )
+  nvfp4_stochastic_rounding: bool = Field(
+      True,
+      description=(
+          "Stochastic rounding of the output gradient dY when it is quantized to FP4 (NVIDIA's recipe; weights"
+          " and activations always round to nearest-even). False: nearest-even everywhere (an ablation)."
+      ),
+  )
+  nvfp4_2d_weight_scaling: bool = Field(
+      True,
+      description=(
+          "16x16 block scales for weights, shared by W and W^T so forward and backward see the same quantized"
+          " weight (NVIDIA's recipe). False: 1x16 blocks like the other operands (an ablation)."
+      ),
+  )
+
+
+class ConfigError(ValueError):
+  """A config that failed to load; `str()` is one line naming the key, the value and what is accepted.
+
+  The original exception is chained as `__cause__`, so nothing is lost for debugging.
+  """
+
+
+# pyconfig's message for an unknown key: "'key' not in 'a', 'b', ... ." (every field name, ~30k characters).
+_UNKNOWN_KEY_RE = re.compile(r"^'(?P<key>[^']+)' not in ")
+
+
+def _enum_choices(config_class: type[pydantic.BaseModel], key: str) -> list[str] | None:
+  """Returns the valid values of an enum-typed field, or None when the field is not an enum."""
+  field = config_class.model_fields.get(key)
+  if field is None:
+    return None
+  annotation = field.annotation
+  for candidate in getattr(annotation, "__args__", None) or (annotation,):
+    if isinstance(candidate, type) and issubclass(candidate, enum.Enum):
+      return [str(member.value) for member in candidate]
+  return None
+
+
+def _format_validation_error(err: pydantic.ValidationError, config_class: type[pydantic.BaseModel]) -> str:
+  """One clause per pydantic error, joined on one line."""
+  parts = []
+  for item in err.errors(include_url=False):
+    key = ".".join(str(p) for p in item["loc"])
+    msg = item["msg"].removeprefix("Value error, ")
+    if not key:  # A cross-field (model_validator) error: the message already names the fields.
+      parts.append(msg)
+      continue
+    choices = _enum_choices(config_class, key)
+    if choices is not None and item["type"] == "enum":
+      shown = ", ".join(repr(c) for c in choices)
+      parts.append(f"{key}={item['input']!r} is not a valid choice; valid choices: {shown}")
+    else:
+      parts.append(f"{key}={item['input']!r} is invalid: {msg}")
+  return "; ".join(parts)
+
+
+def format_config_error(exc: BaseException, config_class: type[pydantic.BaseModel] = NVFP4Config) -> str:
+  """Formats an exception raised while loading a config as one line.
+
+  Handles pydantic's ValidationError (wrong type, bad enum value, cross-field check), pyconfig's unknown-key
+  ValueError (whose own message lists all ~1500 field names), and falls back to the first line of anything
+  else.
+
+  Args:
+    exc: the exception raised by `pyconfig.initialize` or the config class.
+    config_class: the config class that was validated, used to look up enum choices and key names.
+
+  Returns:
+    One line, without a trailing newline.
+  """
+  if isinstance(exc, ConfigError):
+    return str(exc)
+  if isinstance(exc, pydantic.ValidationError):
+    return _format_validation_error(exc, config_class)
+  text = str(exc)
+  match = _UNKNOWN_KEY_RE.match(text)
+  if match:
+    key = match.group("key")
+    close = difflib.get_close_matches(key, list(config_class.model_fields), n=3)
+    hint = f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
+    return f"unknown config key {key!r}{hint}"
+  first_line = text.strip().splitlines()[0] if text.strip() else ""
+  return f"{type(exc).__name__}: {first_line}" if first_line else type(exc).__name__

@@ -1,0 +1,164 @@
+# Copyright 2026 The MaxText NVFP4 plugin authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#    https://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""Installs the NVFP4 plugin into maxtext: our config class and our hook on maxtext's quantization factory.
+
+Two module attributes of maxtext are wrapped, never its code edited or copied; both are looked up by attribute
+at call time, which is why wrapping them works:
+- `maxtext.configs.pyconfig.initialize` (and `initialize_pydantic`): the pre-training `main` calls
+  `pyconfig.initialize(argv)`; the wrapper supplies `config_class=NVFP4Config` (callers that pass their own
+  class keep it) and turns any config-loading failure into a one-line `ConfigError`.
+- `maxtext.layers.quantizations.configure_quantization(config, quant_mode_str)`: model creation
+  (`maxtext.utils.model_creation_utils.create_model`) calls it for every model it builds, including the
+  abstract one traced under `nnx.eval_shape`. For `quantization` in `NVFP4_MODES` the wrapper returns
+  `nvfp4_quantization(...)` and never reaches upstream's TransformerEngine class (which imports
+  transformer_engine and fails with ModuleNotFoundError where TE is absent); all other modes go to upstream.
+
+This module imports only the standard library at import time, so `import MaxText` stays cheap; maxtext (and
+with it jax) is imported by `register()`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+__all__ = ["is_registered", "nvfp4_quantization", "register"]
+
+# Marks our wrappers so a second `register()` (or a second copy of this module, e.g. after importlib.reload)
+# never wraps a wrapper.
+_MARK = "_nvfp4_plugin_wrapper"
+_LOCK = threading.Lock()
+_registered = False
+
+
+def nvfp4_quantization(config: Any, quant_mode_str: str = "train") -> Any:
+  """Returns maxtext's quant object (`dot_general_cls`/`einsum`) for an NVFP4 mode; the precision policy's slot.
+
+  Called by the `configure_quantization` wrapper when `config.quantization` is in `NVFP4_MODES`. Looked up
+  by name at call time, so the policy can replace it (and tests can patch it).
+
+  Args:
+    config: maxtext's `HyperParameters` (attribute access to every key, ours included).
+    quant_mode_str: maxtext's quantization mode, "train", "serve" or "convert".
+
+  Raises:
+    NotImplementedError: always, until the NVFP4 precision policy is installed.
+  """
+  del quant_mode_str  # Unused until the policy lands.
+  mode = _quantization_name(config)
+  raise NotImplementedError(
+      f"quantization={mode} is registered but the NVFP4 precision policy is not installed yet "
+      "(MaxText.plugin.nvfp4_quantization); use quantization=fp8 or quantization='' meanwhile."
+  )
+
+
+def _quantization_name(config: Any) -> str:
+  """`config.quantization` as a plain string: maxtext stores a `QuantizationType` (a str Enum) or None."""
+  value = getattr(config, "quantization", None)
+  if value is None:
+    return ""
+  return str(getattr(value, "value", value))
+
+
+def _wrap_configure_quantization(original: Callable[..., Any]) -> Callable[..., Any]:
+  """Routes the NVFP4 modes to `nvfp4_quantization` and everything else to maxtext's factory."""
+
+  @functools.wraps(original)
+  def configure_quantization(config: Any, quant_mode_str: str = "train") -> Any:
+    from MaxText.config import NVFP4_MODES  # pylint: disable=import-outside-toplevel
+
+    if _quantization_name(config) in NVFP4_MODES:
+      return nvfp4_quantization(config, quant_mode_str)
+    return original(config, quant_mode_str=quant_mode_str)
+
+  setattr(configure_quantization, _MARK, True)
+  return configure_quantization
+
+
+@contextlib.contextmanager
+def _config_errors_propagate(pyconfig: Any) -> Iterator[None]:
+  """Lets config errors reach us unlogged while maxtext's `initialize` runs.
+
+  Why: pyconfig's `_handle_config_exception` logs the error (for an unknown key, all ~1500 field names on
+  one line) and, unless a test framework is imported, calls `sys.exit(2)`, so the caller never sees the
+  exception. Swapped only for the duration of the call; if maxtext drops the helper, this does nothing.
+  """
+  original = getattr(pyconfig, "_handle_config_exception", None)
+  if original is None:
+    yield
+    return
+
+  def _reraise(exc: Exception) -> None:
+    raise exc
+
+  pyconfig._handle_config_exception = _reraise  # pylint: disable=protected-access
+  try:
+    yield
+  finally:
+    pyconfig._handle_config_exception = original  # pylint: disable=protected-access
+
+
+def _wrap_initialize(original: Callable[..., Any], pyconfig: Any, default_class: type[Any]) -> Callable[..., Any]:
+  """Makes `pyconfig.initialize`-style functions use our config class and fail with one-line `ConfigError`s."""
+  from MaxText.config import ConfigError, format_config_error  # pylint: disable=import-outside-toplevel
+
+  @functools.wraps(original)
+  def initialize(argv: list[str] | None = None, config_class: type[Any] = default_class, **kwargs: Any) -> Any:
+    with _config_errors_propagate(pyconfig):
+      try:
+        return original(argv, config_class=config_class, **kwargs)
+      except ConfigError:
+        raise
+      except Exception as e:  # pylint: disable=broad-exception-caught
+        # Anything raised while loading a config is a config error (bad key, value, file, cross-field rule).
+        raise ConfigError(format_config_error(e, config_class)) from e
+
+  setattr(initialize, _MARK, True)
+  return initialize
+
+
+def _install(module: Any, name: str, make_wrapper: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
+  """Replaces `module.name` with `make_wrapper(original)`, unless it is already one of our wrappers."""
+  original = getattr(module, name)
+  if not getattr(original, _MARK, False):
+    setattr(module, name, make_wrapper(original))
+
+
+def register() -> None:
+  """Installs the plugin into maxtext; safe to call any number of times, from any thread.
+
+  Must run before maxtext loads a config or builds a model (the `MaxText.train` entry point does it first).
+  """
+  global _registered  # pylint: disable=global-statement
+  with _LOCK:
+    if _registered:
+      return
+    # pylint: disable=import-outside-toplevel
+    from maxtext.configs import pyconfig
+    from maxtext.layers import quantizations
+    from MaxText.config import NVFP4Config
+
+    for name in ("initialize", "initialize_pydantic"):
+      _install(pyconfig, name, lambda orig: _wrap_initialize(orig, pyconfig, NVFP4Config))
+    _install(quantizations, "configure_quantization", _wrap_configure_quantization)
+    _registered = True
+
+
+def is_registered() -> bool:
+  """True once `register()` has installed the plugin in this process."""
+  return _registered

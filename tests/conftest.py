@@ -1,0 +1,93 @@
+# Copyright 2026 The MaxText NVFP4 plugin authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#    https://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""Shared pytest setup: repository paths, the GPU gate, and a helper that runs an entry point in a subprocess."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pathlib
+import subprocess
+import sys
+import time
+
+import pytest
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
+CONFIGS_DIR = REPO_ROOT / "configs"
+TINY_YML = CONFIGS_DIR / "tiny.yml"
+
+
+def _has_gpu() -> bool:
+  """True when jax sees a GPU; imported lazily so CPU-only collections never pay for it."""
+  import jax  # pylint: disable=import-outside-toplevel
+
+  try:
+    return bool(jax.devices("gpu"))
+  except RuntimeError:
+    return False
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+  """Skips `gpu_only` tests where there is no GPU, so the default run is CPU-only and green."""
+  del config
+  gpu_items = [item for item in items if item.get_closest_marker("gpu_only")]
+  if gpu_items and not _has_gpu():
+    skip = pytest.mark.skip(reason="gpu_only: no GPU visible to jax")
+    for item in gpu_items:
+      item.add_marker(skip)
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+  """A finished subprocess: exit status, captured streams, wall time in seconds."""
+
+  returncode: int
+  stdout: str
+  stderr: str
+  seconds: float
+
+
+@pytest.fixture(scope="session")
+def jax_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+  """A compilation cache private to this test session, so tests never write to ~/jax_cache."""
+  return tmp_path_factory.mktemp("jax_cache")
+
+
+@pytest.fixture()
+def run_train(jax_cache_dir: pathlib.Path):
+  """Returns `run(overrides, as_file=False, timeout=300) -> Run`: the training CLI on configs/tiny.yml, on CPU.
+
+  `as_file` runs `python MaxText/train.py` (the historic form) instead of `python -m MaxText.train`.
+  """
+
+  def run(overrides: list[str], as_file: bool = False, timeout: float = 300) -> Run:
+    entry = ["MaxText/train.py"] if as_file else ["-m", "MaxText.train"]
+    args = [*entry, str(TINY_YML.relative_to(REPO_ROOT)), f"jax_cache_dir={jax_cache_dir}", *overrides]
+    start = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, *args],
+        cwd=REPO_ROOT,
+        env=dict(os.environ, JAX_PLATFORMS="cpu"),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    seconds = time.monotonic() - start
+    print(f"[{seconds:.1f}s] python {' '.join(args)}")
+    return Run(proc.returncode, proc.stdout, proc.stderr, seconds)
+
+  return run

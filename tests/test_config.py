@@ -1,0 +1,209 @@
+# Copyright 2026 The MaxText NVFP4 plugin authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#    https://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""Config keys, config files and the plugin's two hooks, checked in-process (no training, no subprocess)."""
+
+from __future__ import annotations
+
+import enum
+import pathlib
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+import MaxText
+from MaxText import config as plugin_config
+from MaxText import plugin
+from tests.conftest import CONFIGS_DIR, REPO_ROOT, TINY_YML
+
+MaxText.register()
+
+# pylint: disable=wrong-import-position,wrong-import-order
+from maxtext.configs import pyconfig, types
+from maxtext.layers import quantizations
+
+_OUR_KEYS = {
+    "nvfp4_backend": "auto",
+    "nvfp4_attention_precision": "bf16",
+    "nvfp4_stochastic_rounding": True,
+    "nvfp4_2d_weight_scaling": True,
+}
+
+
+def _load(yml: pathlib.Path | str = TINY_YML, *overrides: str):
+  """maxtext's own `pyconfig.initialize`, as its trainer calls it (argv[0] is the program name)."""
+  return pyconfig.initialize(["train", str(yml), "base_output_directory=/tmp/nvfp4-config-test", *overrides])
+
+
+def _error(*overrides: str) -> str:
+  """The one-line message of the ConfigError that loading tiny.yml with `overrides` raises."""
+  with pytest.raises(plugin_config.ConfigError) as info:
+    _load(TINY_YML, *overrides)
+  message = str(info.value)
+  assert "\n" not in message, message
+  return message
+
+
+# --- Our keys -------------------------------------------------------------------------------------------------
+
+
+def test_our_keys_are_declared_once_with_descriptions() -> None:
+  """Every nvfp4_* key lives on NVFP4Config only (not in maxtext), documented, with the agreed default."""
+  ours = {k: f for k, f in plugin_config.NVFP4Config.model_fields.items() if k.startswith("nvfp4_")}
+  assert {k: (f.default.value if isinstance(f.default, enum.Enum) else f.default) for k, f in ours.items()} == _OUR_KEYS
+  assert not [k for k in types.MaxTextConfig.model_fields if k.startswith("nvfp4_")]
+  assert all(f.description for f in ours.values())
+  assert plugin_config.NVFP4_MODES == ("te_nvfp4", "te_nvfp4_no_rht")
+  # maxtext already accepts both modes, so no maxtext edit is needed for them to validate.
+  assert set(plugin_config.NVFP4_MODES) <= {q.value for q in types.QuantizationType}
+
+
+def test_base_yml_repeats_the_declared_defaults() -> None:
+  """configs/base.yml states our defaults; it must not drift from NVFP4Config."""
+  raw = yaml.safe_load((CONFIGS_DIR / "base.yml").read_text(encoding="utf-8"))
+  assert {k: v for k, v in raw.items() if k.startswith("nvfp4_")} == _OUR_KEYS
+
+
+def test_keys_load_with_defaults() -> None:
+  config = _load()
+  assert {k: getattr(config, k) for k in _OUR_KEYS} == _OUR_KEYS
+  assert isinstance(config.nvfp4_backend, plugin_config.NVFP4Backend)
+
+
+def test_keys_from_cli() -> None:
+  config = _load(
+      TINY_YML,
+      "nvfp4_backend=emulated",
+      "nvfp4_attention_precision=fp8",
+      "nvfp4_stochastic_rounding=false",
+      "nvfp4_2d_weight_scaling=False",
+  )
+  assert config.nvfp4_backend == plugin_config.NVFP4Backend.EMULATED
+  assert config.nvfp4_attention_precision == plugin_config.NVFP4AttentionPrecision.FP8
+  assert config.nvfp4_stochastic_rounding is False
+  assert config.nvfp4_2d_weight_scaling is False
+
+
+def test_keys_from_yaml(tmp_path: pathlib.Path) -> None:
+  yml = tmp_path / "mine.yml"
+  yml.write_text(
+      f'base_config: "{TINY_YML}"\nnvfp4_backend: "te"\nnvfp4_stochastic_rounding: false\nquantization: "te_nvfp4"\n',
+      encoding="utf-8",
+  )
+  config = _load(yml)
+  assert config.nvfp4_backend == "te"
+  assert config.nvfp4_stochastic_rounding is False
+  assert config.quantization == "te_nvfp4"
+  assert config.base_emb_dim == 64  # Inherited from tiny.yml through the chain.
+
+
+# --- Errors: one line, naming the key, the value and the valid choices ---------------------------------------
+
+
+def test_misspelt_key() -> None:
+  assert _error("nvfp4_bakend=te") == "unknown config key 'nvfp4_bakend' (did you mean 'nvfp4_backend'?)"
+
+
+def test_wrong_type() -> None:
+  message = _error("nvfp4_stochastic_rounding=maybe")
+  assert message.startswith("nvfp4_stochastic_rounding='maybe' is invalid: Input should be a valid boolean"), message
+
+
+def test_bad_enum_value_lists_choices() -> None:
+  expected = "nvfp4_backend='bogus' is not a valid choice; valid choices: 'auto', 'te', 'emulated'"
+  assert _error("nvfp4_backend=bogus") == expected
+  assert "valid choices: 'bf16', 'fp8'" in _error("nvfp4_attention_precision=fp4")
+
+
+def test_bad_quantization_lists_choices() -> None:
+  message = _error("quantization=bogus")
+  assert message.startswith("quantization='bogus' is not a valid choice; valid choices: '', ")
+  assert "'fp8'" in message and "'te_nvfp4'" in message and "'te_nvfp4_no_rht'" in message
+
+
+def test_cross_field_error_is_one_line() -> None:
+  """maxtext's own after-validators also come out as one line, with maxtext's wording."""
+  message = _error("quantize_logits_proj=true", "quantization=fp8")
+  assert message == "`quantize_logits_proj` can only be enabled when `quantization='fp8_full'`.", message
+
+
+def test_missing_config_file_is_one_line() -> None:
+  with pytest.raises(plugin_config.ConfigError, match="tny.yml"):
+    _load(CONFIGS_DIR / "tny.yml")
+
+
+# --- Config files ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "yml", sorted(CONFIGS_DIR.rglob("*.yml")), ids=lambda p: str(p.relative_to(CONFIGS_DIR))
+)
+def test_every_config_file_parses(yml: pathlib.Path) -> None:
+  config = _load(yml)
+  assert config.nvfp4_backend in set(plugin_config.NVFP4Backend)
+
+
+def test_base_yml_chains_to_maxtexts_base() -> None:
+  """configs/base.yml reaches maxtext's base.yml and not itself (see the comment on its base_config)."""
+  raw = yaml.safe_load((CONFIGS_DIR / "base.yml").read_text(encoding="utf-8"))
+  first_dir = raw["base_config"].split("/")[0]
+  assert not (CONFIGS_DIR / first_dir).exists(), f"configs/{first_dir}/ would capture base.yml's base_config"
+  config = _load(CONFIGS_DIR / "base.yml")
+  assert config.base_emb_dim == 2048 and config.hardware == "tpu"  # maxtext's own defaults.
+
+
+# --- The hooks ------------------------------------------------------------------------------------------------
+
+
+def test_register_is_idempotent() -> None:
+  wrapped = (pyconfig.initialize, pyconfig.initialize_pydantic, quantizations.configure_quantization)
+  MaxText.register()
+  plugin.register()
+  assert (pyconfig.initialize, pyconfig.initialize_pydantic, quantizations.configure_quantization) == wrapped
+  assert plugin.is_registered()
+  assert getattr(quantizations.configure_quantization, "__wrapped__").__module__ == "maxtext.layers.quantizations"
+
+
+def test_explicit_config_class_is_respected() -> None:
+  """A maxtext caller that names its own config class keeps it (ours is only the default)."""
+  with pytest.raises(plugin_config.ConfigError, match="unknown config key 'nvfp4_backend'"):
+    pyconfig.initialize(["train", str(TINY_YML)], config_class=types.MaxTextConfig)
+  maxtext_base = pathlib.Path(types.__file__).with_name("base.yml")
+  config = pyconfig.initialize(["train", str(maxtext_base)], config_class=types.MaxTextConfig)
+  assert not hasattr(config, "nvfp4_backend")
+
+
+def test_other_modes_reach_maxtexts_factory() -> None:
+  assert quantizations.configure_quantization(_load(TINY_YML, "quantization=")) is None
+  assert isinstance(quantizations.configure_quantization(_load(TINY_YML, "quantization=fp8")), quantizations.Fp8Quantization)
+
+
+@pytest.mark.parametrize("mode", plugin_config.NVFP4_MODES)
+def test_nvfp4_modes_reach_our_function(mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
+  """The NVFP4 modes never reach upstream's TransformerEngine class; `nvfp4_quantization` is looked up per call."""
+  config = _load(TINY_YML, f"quantization={mode}")
+  with pytest.raises(NotImplementedError, match=f"quantization={mode} is registered but the NVFP4 precision policy"):
+    quantizations.configure_quantization(config, quant_mode_str="train")
+  sentinel = object()
+  monkeypatch.setattr(plugin, "nvfp4_quantization", lambda cfg, quant_mode_str="train": (sentinel, quant_mode_str))
+  assert quantizations.configure_quantization(config, "serve") == (sentinel, "serve")
+
+
+def test_package_import_is_light() -> None:
+  """`import MaxText` must not import maxtext or jax (register() does, when asked)."""
+  code = "import sys, MaxText; print(sorted(m for m in ('jax', 'maxtext', 'flax') if m in sys.modules))"
+  out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, check=True)
+  assert out.stdout.strip() == "[]", out.stdout + out.stderr
