@@ -1,0 +1,64 @@
+# Copyright 2026 The NVFP4-for-MaxText Authors. Licensed under the Apache License, Version 2.0.
+"""NVFP4 format facts and the two saturating casts every quantizer path shares.
+
+Every number here is a fact of the format or of TransformerEngine's kernels (NVFP4_SPEC.md §1-2); no other
+module of the package writes one of them as a literal.
+"""
+
+import jax.numpy as jnp
+import numpy as np
+
+#: Elements per scaling block, along the block axis (1D: 1x16; 2D: 16x16 tiles).
+BLOCK_SIZE = 16
+
+#: Largest FP4 E2M1 magnitude: 0b0111 = 1.5 * 2**2.
+E2M1_MAX = np.float32(6.0)
+
+#: Largest FP8 E4M3 (fn: no inf) magnitude: 0b0_1111_110 = 1.75 * 2**8. 0b0_1111_111 is NaN.
+E4M3_MAX = np.float32(448.0)
+
+#: E2M1_MAX * E4M3_MAX = 2688: the tensor scale maps the global amax onto the largest value a block scale
+#: times an element can reach, so S_enc = 2688 / amax and dequantization multiplies by amax / 2688.
+TENSOR_SCALE_RANGE = np.float32(E2M1_MAX * E4M3_MAX)
+
+#: 1/6 rounded to float32 (0x3E2AAAAB). The kernels multiply by this constant instead of dividing by 6;
+#: (bamax / 6) * S_enc differs from bamax * (S_enc * f32(1/6)) in about 0.2% of blocks.
+ONE_SIXTH = np.float32(1.0) / E2M1_MAX
+
+#: float32's largest finite value: the kernels clamp scale products with fminf(., FLT_MAX).
+FLT_MAX = np.float32(np.finfo(np.float32).max)
+
+#: The eight E2M1 magnitudes, {0, 0.5, 1, 1.5, 2, 3, 4, 6}.
+E2M1_MAGNITUDES = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0], np.float32)
+
+#: Storage dtypes.
+E2M1 = jnp.float4_e2m1fn
+E4M3 = jnp.float8_e4m3fn
+
+
+def fmin_flt_max(v: jnp.ndarray) -> jnp.ndarray:
+  """CUDA's fminf(v, FLT_MAX): clamps +inf to FLT_MAX and, like fminf, turns NaN into FLT_MAX.
+
+  The NaN behaviour is why a NaN block yields the largest block scale (448) in TE's kernels instead of a
+  NaN scale, which e4m3fn could store but no GEMM could use.
+  """
+  return jnp.where(jnp.isnan(v), FLT_MAX, jnp.minimum(v, FLT_MAX))
+
+
+def to_e4m3_satfinite(v: jnp.ndarray) -> jnp.ndarray:
+  """float32 -> float8_e4m3fn, round-to-nearest-even, saturating at 448, subnormals kept.
+
+  The clamp comes first because XLA's and ml_dtypes' conversion maps values above 464 to NaN (the
+  kernels' cvt.rn.satfinite saturates). Callers pass non-negative, non-NaN values.
+  """
+  return jnp.minimum(v, E4M3_MAX).astype(E4M3)
+
+
+def to_e2m1_satfinite(y: jnp.ndarray) -> jnp.ndarray:
+  """float32 -> float4_e2m1fn, round-to-nearest-even (ties to even codes), saturating at +-6.
+
+  NaN becomes +6, as cvt.rn.satfinite.e2m1x2 does (the plain conversion would give -0). Signed zero is
+  kept: a small negative value becomes -0, as in the kernels.
+  """
+  y = jnp.clip(y, -E2M1_MAX, E2M1_MAX)
+  return jnp.where(jnp.isnan(y), E2M1_MAX, y).astype(E2M1)

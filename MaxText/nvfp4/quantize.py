@@ -1,0 +1,232 @@
+# Copyright 2026 The NVFP4-for-MaxText Authors. Licensed under the Apache License, Version 2.0.
+"""NVFP4 quantize/dequantize in pure JAX, equal bit for bit to TransformerEngine's quantizer.
+
+The algorithm is NVFP4_SPEC.md §2-5, in the kernels' own order of f32 operations: a global amax gives the
+tensor scale S_enc = 2688 / amax; each 16-element block (or 16x16 tile) gets an E4M3 scale
+s8 = e4m3(bamax * (S_enc * f32(1/6))); each element is multiplied once by enc = 1 / (f32(s8) / S_enc) and
+rounded to E2M1. Reconstruction: x ~= e2m1 * f32(s8) * (amax / 2688).
+
+Exactness: data, scale and amax equal TE's for every tensor whose amax is 0 or >= 1e-30, f32/bf16 subnormal
+elements included. Below that (a whole tensor of magnitude < 1e-30, which training never produces) the
+tensor-scale products are themselves f32 subnormals, which XLA:CPU flushes to zero and the GPU does not.
+One more case of that flush: with rht=True, an RHT output below 2**-126 becomes 0 here, a bf16 subnormal in
+TE; with amax >= 1e-30 such an element can only sit in a block whose scale is 0, so only the data bits of a
+block that dequantizes to 0 can differ.
+
+Special values (stated here because TE's kernels are not all alike on them, and ours never crash):
+  * NaN: ignored by the global amax (the tensor scale comes from the finite values); a block holding a NaN
+    gets the largest block scale (448, CUDA fminf semantics) and the NaN element itself becomes +6.
+  * +-Inf: counts in the global amax, so S_enc = 2688 / inf = 0 falls back to 1 (as for an all-zero tensor);
+    the Inf element saturates to +-6 in a block scaled by 448 and `dequantize` returns non-finite values
+    for that tensor (amax is inf), which is what a loss-scaler or a NaN check upstream should see.
+  * all-zero tensor: S_enc = 1, every block scale 0, every element 0.
+"""
+
+import dataclasses
+import enum
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from MaxText.nvfp4 import hadamard, rounding
+from MaxText.nvfp4.formats import (
+    BLOCK_SIZE,
+    FLT_MAX,
+    ONE_SIXTH,
+    TENSOR_SCALE_RANGE,
+    fmin_flt_max,
+    to_e2m1_satfinite,
+    to_e4m3_satfinite,
+)
+
+_ACCEPTED_DTYPES = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16), jnp.dtype(jnp.float32))
+
+
+class Scaling(str, enum.Enum):
+  """Shape of the region that shares one E4M3 block scale."""
+
+  ONE_D = "1d"  # 1x16: 16 consecutive elements along the last axis (activations, gradients).
+  TWO_D = "2d"  # 16x16 tiles over the last two axes (weights): the transpose sees the same scales.
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class Nvfp4Tensor:
+  """An NVFP4-quantized tensor; a pytree whose leaves are data, scale and amax.
+
+  Invariants: data.shape == x.shape; scale.shape == x.shape[:-1] + (x.shape[-1] // 16,) (for 2D scaling
+  each row of a 16-row group repeats its tile's scale); amax is a float32 scalar, the global amax the
+  tensor scale came from (of the RHT output when rht=True). Dequantization is
+  data * scale * (amax / 2688), per 16-element block along the last axis, then the inverse RHT if rht.
+  """
+
+  data: jax.Array  # float4_e2m1fn, the input's shape.
+  scale: jax.Array  # float8_e4m3fn, one per 16 elements along the last axis.
+  amax: jax.Array  # float32 scalar.
+  scaling: Scaling = dataclasses.field(default=Scaling.ONE_D, metadata={"static": True})
+  rht: bool = dataclasses.field(default=False, metadata={"static": True})
+
+  @property
+  def shape(self) -> tuple[int, ...]:
+    return self.data.shape
+
+
+def _check_input(x: jax.Array, scaling: Scaling, stochastic_rounding: bool, key: jax.Array | None) -> None:
+  """Raises before tracing anything heavy, with the shape/dtype and what would work."""
+  if jnp.dtype(x.dtype) not in _ACCEPTED_DTYPES:
+    raise TypeError(
+        f"quantize: x has dtype {x.dtype}; NVFP4 quantizes floating-point input: bfloat16, float16 or float32."
+    )
+  min_rank = 2 if scaling is Scaling.TWO_D else 1
+  if x.ndim < min_rank:
+    raise ValueError(f"quantize: scaling='{scaling.value}' needs an input of rank >= {min_rank}, got shape {x.shape}.")
+  for axis in range(x.ndim - min_rank, x.ndim):
+    if x.shape[axis] % BLOCK_SIZE:
+      raise ValueError(
+          f"quantize: shape {x.shape}, axis {axis} (size {x.shape[axis]}) must be a multiple of {BLOCK_SIZE}: "
+          f"scaling='{scaling.value}' blocks {'the last two axes' if min_rank == 2 else 'the last axis'} in "
+          f"groups of {BLOCK_SIZE}. Pad that axis or leave this tensor unquantized."
+      )
+  if stochastic_rounding and key is None:
+    raise ValueError("quantize: stochastic_rounding=True needs a PRNG key (key=jax.random.key(...)); got key=None.")
+
+
+_UINT_OF_WIDTH = {2: jnp.uint16, 4: jnp.uint32}
+
+
+def _abs_bits(x: jax.Array) -> tuple[jax.Array, int]:
+  """|x| as unsigned integers of the same width, and the bit pattern of +inf.
+
+  For non-negative IEEE values the integer order is the float order and every NaN sorts above +inf, so
+  max over these integers is max |x| with NaN propagating, without widening x to f32 (the reductions
+  then read x once, in its own width, and XLA:CPU vectorizes them).
+  """
+  finfo = jnp.finfo(x.dtype)
+  uint = _UINT_OF_WIDTH[x.dtype.itemsize]
+  sign_clear = (1 << (finfo.bits - 1)) - 1
+  inf_bits = int(np.array(np.inf, x.dtype).view(uint))
+  return jax.lax.bitcast_convert_type(x, uint) & uint(sign_clear), inf_bits
+
+
+def _from_abs_bits(bits: jax.Array, dtype: jnp.dtype) -> jax.Array:
+  return jax.lax.bitcast_convert_type(bits, dtype).astype(jnp.float32)
+
+
+def global_amax(x: jax.Array) -> jax.Array:
+  """max |x| over the whole tensor as float32, ignoring NaN (module docstring); global when x is sharded.
+
+  The NaN-free case costs one plain max; only a tensor that holds a NaN pays for a second, masked pass.
+  """
+  amax = jnp.max(jnp.abs(x)).astype(jnp.float32)
+
+  def _masked(x: jax.Array) -> jax.Array:
+    bits, inf_bits = _abs_bits(x)
+    return _from_abs_bits(jnp.max(jnp.where(bits > inf_bits, jnp.zeros_like(bits), bits)), x.dtype)
+
+  return jax.lax.cond(jnp.isnan(amax), _masked, lambda x: amax, x)
+
+
+def block_amax(blocks: jax.Array, axes: tuple[int, ...]) -> jax.Array:
+  """max |x| over each block's `axes` (kept as size-1 axes), float32; a NaN in a block propagates."""
+  bits, _ = _abs_bits(blocks)
+  return _from_abs_bits(jnp.max(bits, axis=axes, keepdims=True), blocks.dtype)
+
+
+def tensor_scales(amax: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """(S_enc, S_dec) from the global amax, in the kernels' order: true divisions, FLT_MAX clamp, 0 -> 1."""
+  s_enc = jnp.minimum(TENSOR_SCALE_RANGE / amax, FLT_MAX)
+  s_enc = jnp.where((amax == 0) | (s_enc == 0), np.float32(1.0), s_enc)
+  return s_enc, np.float32(1.0) / s_enc
+
+
+def _blocked(x: jax.Array, scaling: Scaling) -> jax.Array:
+  """Views x with explicit block axes: (..., N/16, 16) for 1D, (..., M/16, 16, N/16, 16) for 2D."""
+  *lead, n = x.shape
+  if scaling is Scaling.ONE_D:
+    return x.reshape(*lead, n // BLOCK_SIZE, BLOCK_SIZE)
+  *lead, m = lead
+  return x.reshape(*lead, m // BLOCK_SIZE, BLOCK_SIZE, n // BLOCK_SIZE, BLOCK_SIZE)
+
+
+def _scale_elements(x: jax.Array, enc: jax.Array) -> jax.Array:
+  """x * enc in float32, exact for subnormal x too (one IEEE multiply, as on the GPU).
+
+  XLA:CPU flushes float32 subnormals to zero, so x * enc would give 0 where TE's kernel gives, for example,
+  1e-39 * FLT_MAX = 0.34 -> E2M1 0.5 (a block whose scale underflowed to 0 has enc = FLT_MAX). For those
+  elements the product is rebuilt from the integer mantissa m (x = m * 2**-149):
+  (f32(m) * (enc * 2**-64)) * 2**-85 rounds once and then scales exactly whenever the result is normal, and
+  a result below the normal range is 0 in E2M1 either way. enc >= 2**-62 whenever that matters.
+  """
+  x32 = x.astype(jnp.float32)
+  bits = jax.lax.bitcast_convert_type(x32, jnp.uint32)
+  mantissa = bits & np.uint32(0x007FFFFF)
+  subnormal = (bits & np.uint32(0x7F800000)) == 0
+  rebuilt = (mantissa.astype(jnp.float32) * (enc * np.float32(2.0**-64))) * np.float32(2.0**-85)
+  return jnp.where(subnormal, jnp.copysign(rebuilt, x32), x32 * enc)
+
+
+def _block_axes(scaling: Scaling) -> tuple[int, ...]:
+  return (-1,) if scaling is Scaling.ONE_D else (-3, -1)
+
+
+def quantize(
+    x: jax.Array,
+    scaling: Scaling | str = "1d",
+    rht: bool = False,
+    stochastic_rounding: bool = False,
+    key: jax.Array | None = None,
+) -> Nvfp4Tensor:
+  """Quantizes x to NVFP4 exactly as TransformerEngine's kernels do.
+
+  Args:
+    x: bfloat16/float16/float32 array, rank >= 1 (>= 2 for 2D scaling). Blocks run along the last axis
+      (and the second-to-last for 2D); leading axes are batch. Widened to float32 exactly.
+    scaling: "1d" (1x16 blocks) or "2d" (16x16 tiles over the last two axes).
+    rht: apply the Random Hadamard Transform to each 16-run along the last axis first (bf16 result, TE's
+      wgrad path); data, scale and amax then describe the transformed tensor.
+    stochastic_rounding: round elements stochastically (TE's rule, rounding.py) instead of to nearest-even.
+    key: PRNG key for stochastic rounding; the result is a deterministic function of (x, key).
+
+  Returns:
+    Nvfp4Tensor with float4_e2m1fn data, float8_e4m3fn scales and the float32 global amax.
+
+  Raises:
+    TypeError: x is not bfloat16/float16/float32.
+    ValueError: a blocked axis is not a multiple of 16, the rank is too small, scaling is unknown, or
+      stochastic rounding was asked for without a key.
+  """
+  x = jnp.asarray(x)
+  scaling = Scaling(scaling)
+  _check_input(x, scaling, stochastic_rounding, key)
+  if rht:
+    x = hadamard.rht(x)  # bf16, as TE's RHT kernel writes it; the amax is the post-RHT amax.
+  amax = global_amax(x)
+  s_enc, s_dec = tensor_scales(amax)
+
+  blocks = _blocked(x, scaling)
+  bamax = block_amax(blocks, _block_axes(scaling))  # a NaN block -> FLT_MAX -> scale 448
+  s8 = to_e4m3_satfinite(fmin_flt_max(bamax * (s_enc * ONE_SIXTH)))
+  enc = fmin_flt_max(np.float32(1.0) / (s8.astype(jnp.float32) * s_dec))  # s8 == 0 -> FLT_MAX
+  y = _scale_elements(blocks, enc)
+  if stochastic_rounding:
+    q = rounding.stochastic_round_e2m1(y, rounding.random_bits(key, y.shape))
+  else:
+    q = to_e2m1_satfinite(y)
+
+  # 2D: every row of a tile's 16 rows repeats the tile's scale, so scales are stored 1D-style.
+  scale = s8 if scaling is Scaling.ONE_D else jnp.broadcast_to(s8, s8.shape[:-3] + (BLOCK_SIZE,) + s8.shape[-2:])
+  scale = scale.reshape(*x.shape[:-1], x.shape[-1] // BLOCK_SIZE)
+  return Nvfp4Tensor(data=q.reshape(x.shape), scale=scale, amax=amax, scaling=scaling, rht=rht)
+
+
+def dequantize(t: Nvfp4Tensor, dtype: jnp.dtype = jnp.float32) -> jax.Array:
+  """Reconstructs x from t: e2m1 * (f32(s8) * (amax / 2688)) per block, then the inverse RHT if t.rht.
+
+  The result is computed in float32 and cast to `dtype` once at the end.
+  """
+  blocks = _blocked(t.data.astype(jnp.float32), Scaling.ONE_D)
+  y = (blocks * (t.scale.astype(jnp.float32) * (t.amax / TENSOR_SCALE_RANGE))[..., None]).reshape(t.shape)
+  if t.rht:
+    y = hadamard.inverse_rht(y)
+  return y.astype(dtype)

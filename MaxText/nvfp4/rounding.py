@@ -1,0 +1,75 @@
+# Copyright 2026 The NVFP4-for-MaxText Authors. Licensed under the Apache License, Version 2.0.
+"""Stochastic rounding onto the E2M1 grid, with TE's software rule (NVFP4_SPEC.md §5).
+
+TE draws its random bits from Philox per CUDA thread, so no emulation can reproduce TE's rounded values
+bit for bit; what we reproduce is the rule and so its distribution: each value goes to one of its two
+neighbouring E2M1 values, upwards with probability (distance to the lower neighbour) / (grid step), up to
+the 1/256 resolution of 8 random bits. That makes the rounding unbiased, which is why gradients use it.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from MaxText.nvfp4.formats import E2M1_MAX, to_e2m1_satfinite
+
+#: Random bits per element: TE consumes 8 (a uniform in {0, 1/256, ..., 255/256}).
+RANDOM_BITS = 8
+_BIT_SCALE = np.float32(1.0 / (1 << RANDOM_BITS))
+
+
+def _grid_step(a: jax.Array) -> jax.Array:
+  """Spacing of the E2M1 grid at magnitude a: 0.5 below 2, 1 in [2, 4), 2 from 4 on."""
+  return jnp.where(a >= 4.0, np.float32(2.0), jnp.where(a >= 2.0, np.float32(1.0), np.float32(0.5)))
+
+
+def _mix32(h: jax.Array) -> jax.Array:
+  """lowbias32 (C. Wellons' integer hash): a bijection on uint32 with strong avalanche."""
+  h = h ^ (h >> 16)
+  h = h * np.uint32(0x7FEB352D)
+  h = h ^ (h >> 15)
+  h = h * np.uint32(0x846CA68B)
+  return h ^ (h >> 16)
+
+
+def random_bits(key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
+  """Eight random bits per element (uint8): a keyed counter-based hash of the element's flat index.
+
+  Why not jax.random.bits for every element: on CPU, threefry (and XLA's RngBitGenerator) cost 5-10x a
+  full quantize pass, so stochastic rounding would dominate every backward GEMM of the emulation. Here
+  jax.random draws only two 32-bit seed words from `key`; each element's bits are then
+  mix32(mix32(index ^ seed0) + seed1) >> 24, which XLA fuses into the rounding loop. The result is a
+  deterministic function of (key, shape) and does not depend on how the tensor is sharded (the index is
+  the global one). Indices wrap at 2**32 elements, far above any tensor this quantizes in one call.
+  """
+  seed = jax.random.bits(key, (2,), jnp.uint32)
+  index = jnp.zeros(shape, jnp.uint32)
+  stride = 1
+  for axis in reversed(range(len(shape))):
+    index = index + jax.lax.broadcasted_iota(jnp.uint32, shape, axis) * np.uint32(stride % (1 << 32))
+    stride *= shape[axis]
+  return (_mix32(_mix32(index ^ seed[0]) + seed[1]) >> 24).astype(jnp.uint8)
+
+
+def stochastic_round_e2m1(y: jax.Array, bits: jax.Array) -> jax.Array:
+  """Rounds float32 `y` (already multiplied by its block's encode scale) to E2M1 stochastically.
+
+  Rule, per element, with r the element's 8 random bits:
+    a = |y|; t = a + (r / 256) * step(a); q = min(floor(t / step(t)) * step(t), 6); result = sign(y) * q.
+  (Implemented with step(a) in place of step(t): equal on every input, see the comment below.)
+  (r / 256) * step is exact in f32, so a fused multiply-add and a multiply-then-add agree.
+
+  Args:
+    y: float32 values on the E2M1 scale (magnitudes above 6 saturate to 6).
+    bits: uint8 array of y's shape.
+
+  Returns:
+    float4_e2m1fn array of y's shape. NaN becomes +6, as in the nearest-even path.
+  """
+  a = jnp.abs(y)
+  step = _grid_step(a)
+  t = a + bits.astype(jnp.float32) * _BIT_SCALE * step
+  # TE rounds down on the grid at t (step(t)); a carry into the next binade only reaches its first point
+  # (2 or 4), which floor(t / step(a)) * step(a) also gives, so one step serves both. /step is exact.
+  q = jnp.minimum(jnp.floor(t / step) * step, E2M1_MAX)
+  return to_e2m1_satfinite(jnp.copysign(q, y))

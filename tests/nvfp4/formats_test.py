@@ -1,0 +1,43 @@
+# Copyright 2026 The NVFP4-for-MaxText Authors. Licensed under the Apache License, Version 2.0.
+"""Format constants and the two saturating casts: exact tables, ties to even, saturation, signed zero."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from MaxText.nvfp4 import formats
+
+
+def test_constants():
+  assert formats.BLOCK_SIZE == 16 and formats.E2M1_MAX == 6 and formats.E4M3_MAX == 448
+  assert formats.TENSOR_SCALE_RANGE == 2688
+  assert np.float32(formats.ONE_SIXTH).view(np.uint32) == 0x3E2AAAAB
+  assert float(jnp.asarray(formats.E2M1_MAGNITUDES).astype(formats.E2M1).astype(jnp.float32)[-1]) == 6.0
+
+
+@pytest.mark.parametrize("value,want", [
+    (0.0, 0.0), (0.24, 0.0), (0.25, 0.0), (0.26, 0.5), (0.5, 0.5), (0.75, 1.0), (1.0, 1.0), (1.25, 1.0),
+    (1.5, 1.5), (1.75, 2.0), (2.0, 2.0), (2.5, 2.0), (3.0, 3.0), (3.5, 4.0), (4.0, 4.0), (5.0, 4.0),
+    (5.01, 6.0), (6.0, 6.0), (6.5, 6.0), (1e30, 6.0), (np.inf, 6.0), (np.nan, 6.0),
+])
+def test_e2m1_rne_table(value, want):
+  got = jax.jit(formats.to_e2m1_satfinite)(jnp.array([value, -value], jnp.float32)).astype(jnp.float32)
+  assert float(got[0]) == want
+  if not np.isnan(value):
+    assert float(got[1]) == -want and np.signbit(np.asarray(got)[1])  # symmetric; -0 keeps its sign
+
+
+@pytest.mark.parametrize("value,want", [
+    (0.0, 0.0), (2.0**-10, 0.0), (1.5 * 2.0**-10, 2.0**-9), (2.0**-9, 2.0**-9), (3 * 2.0**-9, 3 * 2.0**-9),
+    (2.0**-6, 2.0**-6), (1.0625, 1.0), (1.1875, 1.25), (72.0, 72.0), (74.66667, 72.0), (76.0, 80.0),
+    (440.0, 448.0), (464.0, 448.0), (465.0, 448.0), (1e30, 448.0), (np.finfo(np.float32).max, 448.0),
+])
+def test_e4m3_rne_saturating_table(value, want):
+  got = jax.jit(formats.to_e4m3_satfinite)(jnp.array([value], jnp.float32))
+  assert float(got.astype(jnp.float32)[0]) == want
+
+
+def test_fmin_flt_max():
+  got = np.asarray(formats.fmin_flt_max(jnp.array([1.0, np.inf, np.nan], jnp.float32)))
+  np.testing.assert_array_equal(got, [1.0, formats.FLT_MAX, formats.FLT_MAX])

@@ -1,0 +1,40 @@
+# Copyright 2026 The NVFP4-for-MaxText Authors. Licensed under the Apache License, Version 2.0.
+"""The RHT: TE's matrix, orthogonality, the butterfly equals the dense product, and it cancels in x^T dY."""
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import scipy.linalg
+
+from MaxText.nvfp4 import hadamard
+
+
+def test_matrix_is_te_signs_times_sylvester_over_four():
+  r = hadamard.rht_matrix()
+  assert set(np.unique(r)) == {-0.25, 0.25}
+  np.testing.assert_array_equal(r @ r.T, np.eye(16, dtype=np.float32))
+  np.testing.assert_array_equal(r * 4, np.diag(hadamard.RHT_SIGNS) @ scipy.linalg.hadamard(16))
+
+
+def test_butterfly_equals_dense_product_bit_for_bit():
+  x = np.asarray(jax.random.normal(jax.random.key(0), (64, 256), jnp.bfloat16))
+  dense = (x.astype(np.float32).reshape(64, 16, 16) @ hadamard.rht_matrix()).reshape(64, 256)
+  got = np.asarray(jax.jit(hadamard.rht)(x))
+  np.testing.assert_array_equal(got.view(np.uint16), dense.astype(ml_dtypes.bfloat16).view(np.uint16))
+
+
+def test_round_trip_restores_input():
+  x = jax.random.normal(jax.random.key(1), (8, 64), jnp.float32)
+  back = hadamard.inverse_rht(hadamard.rht(x))
+  np.testing.assert_allclose(np.asarray(back), np.asarray(x), atol=0.02)  # bf16 rounding of the RHT only
+
+
+def test_cancels_in_the_weight_gradient_product():
+  """(x R)^T (dY R) along the token axis M equals x^T dY: both operands rotated along M."""
+  kx, kd = jax.random.split(jax.random.key(2))
+  x = jax.random.normal(kx, (64, 32), jnp.float32)  # M x K
+  dy = jax.random.normal(kd, (64, 48), jnp.float32)  # M x N
+  xr = hadamard.rht(x.T).astype(jnp.float32)  # K x M, runs along M
+  dyr = hadamard.rht(dy.T).astype(jnp.float32)  # N x M
+  np.testing.assert_allclose(np.asarray(xr @ dyr.T), np.asarray(x.T @ dy), rtol=0.02, atol=0.2)

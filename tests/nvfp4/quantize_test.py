@@ -1,0 +1,265 @@
+# Copyright 2026 The NVFP4-for-MaxText Authors. Licensed under the Apache License, Version 2.0.
+"""quantize/dequantize: bit-exactness against the NumPy oracle, hand-computed cases, edge cases, errors."""
+
+import functools
+
+import hypothesis
+import hypothesis.extra.numpy as hnp
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import strategies as st
+
+from MaxText.nvfp4 import Nvfp4Tensor, dequantize, quantize
+from tests.nvfp4 import reference
+
+
+@functools.partial(jax.jit, static_argnames=("scaling", "rht"))
+def _jit_quantize(x, scaling="1d", rht=False):
+  return quantize(x, scaling=scaling, rht=rht)
+
+
+def assert_bit_exact(x: np.ndarray, scaling: str = "1d", rht: bool = False) -> None:
+  """data, scale and amax of the jitted JAX quantizer equal the oracle's bit for bit."""
+  t = _jit_quantize(jnp.asarray(x), scaling=scaling, rht=rht)
+  want_q, want_s, want_amax = reference.quantize(np.asarray(x), scaling, rht)
+  got_q = np.asarray(t.data).astype(np.float32)
+  bad = np.flatnonzero(got_q.view(np.uint32) != want_q.view(np.uint32))
+  assert bad.size == 0, (
+      f"{bad.size} data mismatches ({scaling}, rht={rht}), first at flat {bad[0]}: "
+      f"got {got_q.flat[bad[0]]}, want {want_q.flat[bad[0]]}"
+  )
+  got_s = np.asarray(t.scale).view(np.uint8)
+  bad = np.flatnonzero(got_s != want_s.view(np.uint8))
+  assert bad.size == 0, (
+      f"{bad.size} scale mismatches, first at flat {bad[0]}: got {np.asarray(t.scale).flat[bad[0]]}, "
+      f"want {want_s.flat[bad[0]]}"
+  )
+  assert np.asarray(t.amax).view(np.uint32) == np.float32(want_amax).view(np.uint32), (t.amax, want_amax)
+
+
+# ----------------------------------------------------------------------------- hand-computed cases
+
+
+def test_hand_computed_block():
+  """amax 6: S_enc = 448, mult = 448 * f32(1/6) = 74.66667; block amax 6 -> sdec 448 -> s8 448, enc = 1."""
+  x = np.array([6.0, -3.0, 2.5, 1.25, 0.75, 0.25, -0.1, 5.0, 0, 0, 0, 0, 0, 0, 0, 0.5], np.float32)
+  t = quantize(x)
+  np.testing.assert_array_equal(
+      np.asarray(t.data).astype(np.float32),
+      np.array([6, -3, 2, 1, 1, 0, -0.0, 4, 0, 0, 0, 0, 0, 0, 0, 0.5], np.float32),
+  )
+  assert float(t.scale[0]) == 448.0 and float(t.amax) == 6.0
+  assert np.signbit(np.asarray(t.data).astype(np.float32)[6])  # -0.1 -> -0, as the kernels keep the sign
+
+
+def test_hand_computed_two_blocks_scale_rounding():
+  """Second block amax 1: sdec = 1 * 74.66667 rounds (e4m3 RNE) to 72; enc = 1 / (72 / 448) = 6.2222223."""
+  x = np.zeros(32, np.float32)
+  x[0], x[16], x[17] = 6.0, 1.0, 0.2
+  t = quantize(x)
+  assert float(t.scale[1]) == 72.0
+  # 1.0 * 6.2222223 = 6.22 saturates to 6; 0.2 * 6.2222223 = 1.244 -> 1.0 (nearest)
+  assert float(t.data[16]) == 6.0 and float(t.data[17]) == 1.0
+  np.testing.assert_allclose(np.asarray(dequantize(t))[16:18], [6 * 72 * 6 / 2688, 72 * 6 / 2688], rtol=1e-6)
+
+
+def test_one_sixth_constant_order_matters():
+  """Blocks where (bamax / 6) * S_enc and bamax * (S_enc * f32(1/6)) round to different e4m3 scales."""
+  rng = np.random.default_rng(0)  # bf16-valued amaxes: short mantissas make e4m3 ties reachable (~0.1%)
+  amax = rng.uniform(1, 100, 200_000).astype(ml_dtypes.bfloat16).astype(np.float32)
+  bamax = (rng.uniform(0.01, 1, amax.size) * amax).astype(ml_dtypes.bfloat16).astype(np.float32)
+  s_enc = np.float32(2688) / amax
+  wrong = reference.e4m3_sat((bamax / np.float32(6)) * s_enc).view(np.uint8)
+  right = reference.e4m3_sat(bamax * (s_enc * np.float32(1 / 6))).view(np.uint8)
+  differ = np.flatnonzero(wrong != right)
+  assert differ.size > 20, differ.size
+  rows = np.zeros((differ.size, 32), np.float32)
+  rows[:, 0], rows[:, 16] = amax[differ], bamax[differ]
+  got = np.asarray(jax.vmap(quantize)(rows).scale).view(np.uint8)[:, 1]  # one tensor (global amax) per row
+  np.testing.assert_array_equal(got, right[differ])
+
+
+# ----------------------------------------------------------------------------- bit-exact vs oracle
+
+_DISTRIBUTIONS = {
+    "normal": lambda rng, shape: rng.standard_normal(shape),
+    "heavy_tailed": lambda rng, shape: rng.standard_t(1.5, shape) * 10,
+    "cauchy_outliers": lambda rng, shape: rng.standard_cauchy(shape),
+    "lognormal_wide": lambda rng, shape: rng.lognormal(0, 6, shape) * rng.choice([-1, 1], shape),
+    "mixed_block_scales": lambda rng, shape: rng.standard_normal(shape) * 10.0 ** rng.integers(-6, 4, (shape[0], 1)),
+}
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float32])
+@pytest.mark.parametrize("dist", sorted(_DISTRIBUTIONS))
+@pytest.mark.parametrize("scaling,rht", [("1d", False), ("2d", False), ("1d", True)])
+def test_bit_exact_distributions(dtype, dist, scaling, rht):
+  rng = np.random.default_rng(hash((dist, scaling, rht)) % 2**32)
+  x = _DISTRIBUTIONS[dist](rng, (64, 128)).astype(np.float32).astype(dtype)
+  if rht:
+    x = x.astype(jnp.bfloat16)  # TE's RHT kernel takes bf16
+  assert_bit_exact(x, scaling, rht)
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float32])
+@pytest.mark.parametrize("scaling", ["1d", "2d"])
+def test_bit_exact_edge_cases(dtype, scaling):
+  rng = np.random.default_rng(1)
+  x = rng.standard_normal((48, 64)).astype(np.float32)
+  x[0:16, 0:16] = 0.0  # a zero block / tile
+  x[16, :16] = 1e-9  # blocks whose scale underflows to 0 next to a large amax
+  x[17, 16:32] = 3e-6  # scales in e4m3's subnormal range
+  x[18, 32:48] = np.linspace(-3e-5, 3e-5, 16)
+  x[20, 0] = 4e5  # the global amax, far above the rest: many blocks saturate low
+  x[21, :] = 4e5 * np.float32([0.75, 0.25, 1 / 12, 5 / 12] * 16)  # ties in e2m1 rounding
+  assert_bit_exact(x.astype(dtype), scaling)
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float32])
+def test_bit_exact_all_zero(dtype):
+  x = np.zeros((16, 32), np.float32).astype(dtype)
+  assert_bit_exact(x)
+  t = quantize(jnp.asarray(x))
+  assert float(t.amax) == 0.0 and not np.any(np.asarray(t.scale).astype(np.float32))
+  np.testing.assert_array_equal(np.asarray(dequantize(t)), 0.0)
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float32])
+def test_bit_exact_amax_near_dtype_max(dtype):
+  big = float(jnp.finfo(dtype).max)
+  x = np.random.default_rng(2).uniform(-1, 1, (32, 32)).astype(np.float32) * np.float32(big * 0.99)
+  x[3, 5] = big
+  x = np.asarray(jnp.asarray(x, dtype))
+  assert_bit_exact(x, "1d")
+  assert_bit_exact(x, "2d")
+
+
+def test_bit_exact_subnormal_inputs():
+  """f32 subnormal elements in a tensor of normal amax (>= 1e-30: see the quantize module docstring)."""
+  rng = np.random.default_rng(3)
+  x = (rng.standard_normal((32, 64)) * 1e-30).astype(np.float32)
+  x[5, :16] = rng.standard_normal(16).astype(np.float32) * np.float32(1e-39)
+  x[6, :16] = np.float32(1e-45)
+  assert_bit_exact(x)
+  assert_bit_exact(x.astype(ml_dtypes.bfloat16))
+
+
+def _in_exact_domain(x: np.ndarray) -> bool:
+  """The documented domain of bit-exactness: amax == 0 or amax >= 1e-30 (quantize module docstring)."""
+  amax = np.abs(x.astype(np.float32)).max()
+  return amax == 0 or amax >= 1e-30
+
+
+@hypothesis.settings(max_examples=60, deadline=None)
+@hypothesis.given(
+    x=hnp.arrays(
+        np.float32,
+        st.tuples(st.sampled_from([16, 32]), st.sampled_from([16, 48])),
+        elements=st.floats(-1e6, 1e6, width=32, allow_subnormal=False),
+    ),
+    scaling=st.sampled_from(["1d", "2d"]),
+    as_bf16=st.booleans(),
+)
+def test_bit_exact_property(x, scaling, as_bf16):
+  hypothesis.assume(_in_exact_domain(x))
+  assert_bit_exact(x.astype(ml_dtypes.bfloat16) if as_bf16 else x, scaling)
+
+
+@hypothesis.settings(max_examples=30, deadline=None)
+@hypothesis.given(
+    x=hnp.arrays(np.float32, (16, 32), elements=st.floats(-1e4, 1e4, width=32, allow_subnormal=False)),
+)
+def test_bit_exact_rht_property(x):
+  y = reference.rht_bf16(x.astype(ml_dtypes.bfloat16)).astype(np.float32)
+  hypothesis.assume(_in_exact_domain(y) and not np.any((y != 0) & (np.abs(y) < np.finfo(np.float32).tiny)))
+  assert_bit_exact(x.astype(ml_dtypes.bfloat16), "1d", rht=True)
+
+
+# ----------------------------------------------------------------------------- structure and invariants
+
+
+@pytest.mark.parametrize("shape", [(16,), (3, 32), (2, 4, 48)])
+def test_shapes_and_dtypes(shape):
+  x = jnp.ones(shape, jnp.bfloat16)
+  t = quantize(x)
+  assert t.data.shape == shape and t.data.dtype == jnp.float4_e2m1fn
+  assert t.scale.shape == shape[:-1] + (shape[-1] // 16,) and t.scale.dtype == jnp.float8_e4m3fn
+  assert t.amax.shape == () and t.amax.dtype == jnp.float32
+
+
+def test_2d_scales_repeat_per_tile_and_transpose_sees_same_tiles():
+  x = np.random.default_rng(4).standard_normal((64, 32)).astype(np.float32)
+  x[0:16, 16:32] *= 100
+  t = quantize(x, "2d")
+  s = np.asarray(t.scale).astype(np.float32)  # (64, 2)
+  for r in range(0, 64, 16):
+    assert np.all(s[r:r + 16] == s[r])  # each row of a tile group repeats the tile's scale
+  tt = quantize(x.T, "2d")
+  np.testing.assert_array_equal(np.asarray(tt.data).astype(np.float32), np.asarray(t.data).astype(np.float32).T)
+  np.testing.assert_array_equal(np.asarray(dequantize(tt)), np.asarray(dequantize(t)).T)
+
+
+@pytest.mark.parametrize("scaling,rht", [("1d", False), ("2d", False), ("1d", True)])
+def test_dequantize_close_to_input(scaling, rht):
+  x = jax.random.normal(jax.random.key(0), (64, 256), jnp.float32)
+  y = dequantize(quantize(x.astype(jnp.bfloat16), scaling, rht=rht))
+  rel = float(jnp.linalg.norm(y - x) / jnp.linalg.norm(x))
+  assert rel < 0.14, rel  # E2M1 with per-block scales: ~9-12% relative RMS error on Gaussian data
+
+
+def test_rht_describes_transformed_tensor():
+  x = jax.random.normal(jax.random.key(1), (16, 64), jnp.bfloat16)
+  t = quantize(x, rht=True)
+  assert t.rht
+  assert float(t.amax) == float(jnp.max(jnp.abs(reference.rht_bf16(np.asarray(x)).astype(np.float32))))
+
+
+def test_pytree_jit_and_vmap():
+  x = jax.random.normal(jax.random.key(2), (4, 16, 32), jnp.bfloat16)
+  t = jax.jit(lambda x: quantize(x, "2d"))(x)
+  assert isinstance(t, Nvfp4Tensor) and t.scaling.value == "2d"
+  leaves, treedef = jax.tree_util.tree_flatten(t)
+  assert len(leaves) == 3 and jax.tree_util.tree_unflatten(treedef, leaves).scaling == t.scaling
+  per = jax.vmap(quantize)(x)  # per-slice amax
+  assert per.amax.shape == (4,)
+  for i in range(4):
+    np.testing.assert_array_equal(np.asarray(per.data[i]).astype(np.float32),
+                                  np.asarray(quantize(x[i]).data).astype(np.float32))
+
+
+# ----------------------------------------------------------------------------- special values
+
+
+def test_nan_and_inf_do_not_crash_and_follow_the_docstring():
+  x = np.random.default_rng(5).standard_normal((2, 32)).astype(np.float32)
+  x[0, 3] = np.nan
+  t = jax.jit(quantize)(x)
+  assert float(t.amax) == float(np.nanmax(np.abs(x)))  # NaN ignored by the global amax
+  assert float(t.scale[0, 0]) == 448.0  # the NaN block gets the largest scale
+  assert float(t.data[0, 3]) == 6.0  # the NaN element becomes +6
+  assert_bit_exact(x)
+  x[1, 20] = -np.inf
+  t = quantize(x)
+  assert np.isinf(float(t.amax)) and float(t.data[1, 20]) == -6.0 and float(t.scale[1, 1]) == 448.0
+  assert not np.all(np.isfinite(np.asarray(dequantize(t))))
+
+
+# ----------------------------------------------------------------------------- bad input
+
+
+def test_errors():
+  with pytest.raises(ValueError, match=r"shape \(4, 40\), axis 1 \(size 40\)"):
+    quantize(jnp.ones((4, 40)))
+  with pytest.raises(ValueError, match=r"shape \(40, 32\), axis 0 \(size 40\)"):
+    quantize(jnp.ones((40, 32)), "2d")
+  with pytest.raises(ValueError, match="rank >= 2"):
+    quantize(jnp.ones((32,)), "2d")
+  with pytest.raises(TypeError, match="dtype int32"):
+    quantize(jnp.ones((4, 32), jnp.int32))
+  with pytest.raises(ValueError, match="needs a PRNG key"):
+    quantize(jnp.ones((4, 32)), stochastic_rounding=True)
+  with pytest.raises(ValueError, match="'3d' is not a valid Scaling"):
+    quantize(jnp.ones((4, 32)), "3d")

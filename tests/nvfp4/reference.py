@@ -1,0 +1,80 @@
+# Copyright 2026 The NVFP4-for-MaxText Authors. Licensed under the Apache License, Version 2.0.
+"""A plain-NumPy oracle of TE's NVFP4 quantizer, written from NVFP4_SPEC.md §2-4 line by line.
+
+Independent of MaxText.nvfp4 on purpose: E2M1 rounding is a nearest-value search over the 8 magnitudes
+with ties to the even code (not a dtype cast), scales use ml_dtypes' e4m3fn cast after a saturating clamp,
+the RHT is a dense 16x16 matrix product, and every step is IEEE float32 arithmetic in NumPy, which keeps
+subnormals (XLA:CPU flushes them). The tests compare the JAX quantizer against this bit for bit.
+"""
+
+import ml_dtypes
+import numpy as np
+import scipy.linalg
+
+F32 = np.float32
+FLT_MAX = F32(np.finfo(np.float32).max)
+MAGNITUDES = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0], np.float64)
+SIGNS = np.array([1, 1, 1, -1, 1, -1, -1, -1, -1, -1, -1, 1, -1, 1, -1, -1], np.float64)
+
+
+def fminf(a: np.ndarray, b: np.float32) -> np.ndarray:
+  """CUDA fminf: the non-NaN operand wins."""
+  return np.fmin(a, b)
+
+
+def e2m1_rne(y: np.ndarray) -> np.ndarray:
+  """Nearest E2M1 magnitude, ties to the even code (codes 0..7: even = 0, 1, 2, 3, 4, 6 values...)."""
+  a = np.abs(y.astype(np.float64))
+  a = np.where(np.isnan(a), 6.0, np.minimum(a, 6.0))
+  dist = np.abs(a[..., None] - MAGNITUDES)
+  best = dist.min(axis=-1, keepdims=True)
+  ties = dist == best
+  # Among equally near magnitudes take the one with the even code index.
+  code = np.where(ties & (np.arange(8) % 2 == 0), np.arange(8), 99).min(axis=-1)
+  code = np.where(code == 99, np.argmin(dist, axis=-1), code)
+  mag = MAGNITUDES[code]
+  sign = np.where(np.isnan(y), 1.0, np.where(np.signbit(y), -1.0, 1.0))
+  return (sign * mag).astype(np.float32)
+
+
+def e4m3_sat(v: np.ndarray) -> np.ndarray:
+  return np.minimum(v, F32(448.0)).astype(ml_dtypes.float8_e4m3fn)
+
+
+def rht_bf16(x: np.ndarray) -> np.ndarray:
+  r = (SIGNS[:, None] * scipy.linalg.hadamard(16)).astype(np.float32) / F32(4.0)
+  runs = x.astype(np.float32).reshape(*x.shape[:-1], -1, 16)
+  return (runs @ r).reshape(x.shape).astype(ml_dtypes.bfloat16)
+
+
+def quantize(x: np.ndarray, scaling: str = "1d", rht: bool = False) -> tuple[np.ndarray, np.ndarray, np.float32]:
+  """Returns (data as float32 E2M1 values, scales as float8_e4m3fn in the stored 1D layout, amax)."""
+  if rht:
+    x = rht_bf16(x)
+  x = x.astype(np.float32)
+  finite = np.where(np.isnan(x), F32(0), np.abs(x))
+  amax = F32(finite.max()) if x.size else F32(0)
+  with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+    s_enc = F32(2688.0) / amax
+    s_enc = F32(min(s_enc, FLT_MAX))
+    if amax == 0 or s_enc == 0:
+      s_enc = F32(1.0)
+    s_dec = F32(1.0) / s_enc
+    mult = s_enc * F32(1.0 / 6.0)
+    *lead, m, n = (1,) * (2 - x.ndim) + x.shape if x.ndim < 2 else x.shape
+    x2 = x.reshape(-1, m, n)
+    if scaling == "1d":
+      blocks = x2.reshape(-1, m, n // 16, 16)
+      bamax = np.max(np.abs(blocks), axis=-1, keepdims=True)
+      bamax_rows = bamax
+    else:
+      tiles = x2.reshape(-1, m // 16, 16, n // 16, 16)
+      bamax_t = np.max(np.abs(tiles), axis=(2, 4), keepdims=True)
+      bamax_rows = np.broadcast_to(bamax_t, (x2.shape[0], m // 16, 16, n // 16, 1)).reshape(-1, m, n // 16, 1)
+      blocks = x2.reshape(-1, m, n // 16, 16)
+    sdec = fminf(bamax_rows * mult, FLT_MAX)
+    s8 = e4m3_sat(sdec)
+    enc = fminf(F32(1.0) / (s8.astype(np.float32) * s_dec), FLT_MAX)
+    y = blocks * enc
+  q = e2m1_rne(y)
+  return q.reshape(x.shape), s8[..., 0].reshape(*x.shape[:-1], n // 16), amax

@@ -1,0 +1,80 @@
+# Copyright 2026 The NVFP4-for-MaxText Authors. Licensed under the Apache License, Version 2.0.
+"""Stochastic rounding: determinism, neighbours only, unbiasedness, and the random bits themselves."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from MaxText.nvfp4 import dequantize, quantize
+from MaxText.nvfp4 import rounding
+from MaxText.nvfp4.formats import E2M1_MAGNITUDES
+
+
+def _sr(y: np.ndarray, key: jax.Array) -> np.ndarray:
+  return np.asarray(rounding.stochastic_round_e2m1(jnp.asarray(y), rounding.random_bits(key, y.shape))).astype(np.float32)
+
+
+def test_deterministic_per_key_and_keys_differ():
+  x = jax.random.normal(jax.random.key(0), (32, 64), jnp.bfloat16)
+  a = quantize(x, stochastic_rounding=True, key=jax.random.key(7))
+  b = jax.jit(lambda x, k: quantize(x, stochastic_rounding=True, key=k))(x, jax.random.key(7))
+  c = quantize(x, stochastic_rounding=True, key=jax.random.key(8))
+  np.testing.assert_array_equal(np.asarray(a.data).astype(np.float32), np.asarray(b.data).astype(np.float32))
+  assert np.mean(np.asarray(a.data).astype(np.float32) != np.asarray(c.data).astype(np.float32)) > 0.2
+  # Scales and amax never depend on the rounding mode.
+  rne = quantize(x)
+  np.testing.assert_array_equal(np.asarray(a.scale).view(np.uint8), np.asarray(rne.scale).view(np.uint8))
+
+
+def test_only_the_two_neighbouring_values():
+  y = np.random.default_rng(0).uniform(-7, 7, 20_000).astype(np.float32)
+  q = _sr(y, jax.random.key(1))
+  grid = np.concatenate([-E2M1_MAGNITUDES[::-1], E2M1_MAGNITUDES])
+  a = np.minimum(np.abs(y), 6)
+  lo = E2M1_MAGNITUDES[np.searchsorted(E2M1_MAGNITUDES, a, side="right") - 1]
+  hi = E2M1_MAGNITUDES[np.minimum(np.searchsorted(E2M1_MAGNITUDES, a, side="left"), 7)]
+  assert np.all(np.isin(q, grid))
+  assert np.all((np.abs(q) == lo) | (np.abs(q) == hi)), "a value left its two neighbours"
+  assert np.all((np.sign(q) == np.sign(y)) | (q == 0))
+
+
+def test_exact_grid_values_are_kept():
+  grid = np.concatenate([-E2M1_MAGNITUDES, E2M1_MAGNITUDES]).astype(np.float32)
+  np.testing.assert_array_equal(_sr(grid, jax.random.key(2)), grid)
+
+
+@pytest.mark.parametrize("value", [0.1, 0.3, 0.8, 1.2, 1.7, 2.25, 2.9, 3.5, 4.4, 5.5, -0.6, -2.6, -5.1])
+def test_unbiased(value):
+  """Mean over 65536 draws is within 1/256 of a grid step (bit resolution) + 5 standard errors of y."""
+  n = 1 << 16
+  q = _sr(np.full(n, value, np.float32), jax.random.key(3))
+  step = 2.0 if abs(value) >= 4 else (1.0 if abs(value) >= 2 else 0.5)
+  tolerance = step / 256 + 5 * step / 2 / np.sqrt(n)
+  assert abs(q.mean() - value) < tolerance, (q.mean(), value, tolerance)
+
+
+def test_quantize_with_sr_is_unbiased_after_dequantize():
+  x = jax.random.normal(jax.random.key(4), (16, 64), jnp.float32)
+  draws = jax.vmap(lambda k: dequantize(quantize(x, stochastic_rounding=True, key=k)))(
+      jax.random.split(jax.random.key(5), 512))
+  mean = draws.mean(axis=0)
+  rne_err = float(jnp.abs(dequantize(quantize(x)) - x).mean())
+  sr_err = float(jnp.abs(mean - x).mean())
+  assert sr_err < rne_err / 4, (sr_err, rne_err)
+
+
+def test_random_bits_are_uniform_and_shape_deterministic():
+  bits = np.asarray(rounding.random_bits(jax.random.key(6), (256, 1024)))
+  counts = np.bincount(bits.ravel(), minlength=256)
+  expected = bits.size / 256
+  chi2 = ((counts - expected) ** 2 / expected).sum()
+  assert chi2 < 255 + 6 * np.sqrt(2 * 255), chi2  # 255 degrees of freedom, ~6 sigma
+  # Neighbouring elements are not correlated.
+  flat = bits.ravel().astype(np.float64)
+  assert abs(np.corrcoef(flat[:-1], flat[1:])[0, 1]) < 0.01
+  np.testing.assert_array_equal(bits, np.asarray(jax.jit(rounding.random_bits, static_argnums=1)(jax.random.key(6), (256, 1024))))
+
+
+def test_nan_goes_to_plus_six():
+  assert float(_sr(np.array([np.nan], np.float32), jax.random.key(0))[0]) == 6.0
