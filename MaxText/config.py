@@ -107,6 +107,8 @@ class ConfigError(ValueError):
 
 # pyconfig's message for an unknown key: "'key' not in 'a', 'b', ... ." (every field name, ~30k characters).
 _UNKNOWN_KEY_RE = re.compile(r"^'(?P<key>[^']+)' not in ")
+# Longest message the fallback keeps: one readable line, not a dump.
+_MAX_FALLBACK_CHARS = 400
 
 
 def _enum_choices(config_class: type[pydantic.BaseModel], key: str) -> list[str] | None:
@@ -143,8 +145,8 @@ def format_config_error(exc: BaseException, config_class: type[pydantic.BaseMode
   """Formats an exception raised while loading a config as one line.
 
   Handles pydantic's ValidationError (wrong type, bad enum value, cross-field check), pyconfig's unknown-key
-  ValueError (whose own message lists all ~1500 field names), and falls back to the first line of anything
-  else.
+  ValueError (whose own message lists all ~1500 field names) and YAML syntax errors; anything else becomes its
+  type and message flattened onto one line.
 
   Args:
     exc: the exception raised by `pyconfig.initialize` or the config class.
@@ -164,5 +166,10 @@ def format_config_error(exc: BaseException, config_class: type[pydantic.BaseMode
     close = difflib.get_close_matches(key, list(config_class.model_fields), n=3)
     hint = f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
     return f"unknown config key {key!r}{hint}"
-  first_line = text.strip().splitlines()[0] if text.strip() else ""
-  return f"{type(exc).__name__}: {first_line}" if first_line else type(exc).__name__
+  mark = getattr(exc, "problem_mark", None)  # PyYAML syntax errors: name the file, line and column.
+  if mark is not None:
+    return f"YAML syntax error in {mark.name}, line {mark.line + 1}, column {mark.column + 1}: {exc.problem}"
+  flat = " ".join(line.strip() for line in text.splitlines() if line.strip())
+  if len(flat) > _MAX_FALLBACK_CHARS:
+    flat = flat[: _MAX_FALLBACK_CHARS - 3] + "..."
+  return f"{type(exc).__name__}: {flat}" if flat else type(exc).__name__

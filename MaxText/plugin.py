@@ -113,6 +113,15 @@ def _config_errors_propagate(pyconfig: Any) -> Iterator[None]:
     pyconfig._handle_config_exception = original  # pylint: disable=protected-access
 
 
+def _config_error_types() -> tuple[type[BaseException], ...]:
+  """What a bad config raises: pydantic's ValidationError and maxtext's checks (ValueError), type and key
+  mistakes, unreadable files, YAML syntax and OmegaConf interpolation errors."""
+  import omegaconf  # pylint: disable=import-outside-toplevel
+  import yaml  # pylint: disable=import-outside-toplevel
+
+  return (ValueError, TypeError, KeyError, OSError, yaml.YAMLError, omegaconf.errors.OmegaConfBaseException)
+
+
 def _wrap_initialize(original: Callable[..., Any], pyconfig: Any, default_class: type[Any]) -> Callable[..., Any]:
   """Makes `pyconfig.initialize`-style functions use our config class and fail with one-line `ConfigError`s."""
   from MaxText.config import ConfigError, format_config_error  # pylint: disable=import-outside-toplevel
@@ -124,9 +133,13 @@ def _wrap_initialize(original: Callable[..., Any], pyconfig: Any, default_class:
         return original(argv, config_class=config_class, **kwargs)
       except ConfigError:
         raise
-      except Exception as e:  # pylint: disable=broad-exception-caught
-        # Anything raised while loading a config is a config error (bad key, value, file, cross-field rule).
+      except FileNotFoundError as e:
+        # pyconfig rewrites a missing path to "src/<path>" before opening it; name the path the user gave.
+        given = argv[1] if argv and len(argv) > 1 and str(argv[1]).endswith(".yml") else e.filename
+        raise ConfigError(f"config file not found: {given}") from e
+      except _config_error_types() as e:
         raise ConfigError(format_config_error(e, config_class)) from e
+      # Anything else (e.g. jax's distributed initialization, which pyconfig also runs) keeps its traceback.
 
   setattr(initialize, _MARK, True)
   return initialize

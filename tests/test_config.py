@@ -140,9 +140,40 @@ def test_cross_field_error_is_one_line() -> None:
   assert message == "`quantize_logits_proj` can only be enabled when `quantization='fp8_full'`.", message
 
 
-def test_missing_config_file_is_one_line() -> None:
-  with pytest.raises(plugin_config.ConfigError, match="tny.yml"):
-    _load(CONFIGS_DIR / "tny.yml")
+def test_missing_config_file_names_the_given_path() -> None:
+  """pyconfig looks for a missing file under "src/"; the message names the path the user typed."""
+  missing = CONFIGS_DIR / "tny.yml"
+  with pytest.raises(plugin_config.ConfigError) as info:
+    _load(missing)
+  assert str(info.value) == f"config file not found: {missing}"
+
+
+def test_yaml_syntax_error_names_file_and_line(tmp_path: pathlib.Path) -> None:
+  bad = tmp_path / "bad.yml"
+  bad.write_text('base_config: "base.yml"\nsteps: [1,\n', encoding="utf-8")
+  with pytest.raises(plugin_config.ConfigError, match=r"^YAML syntax error in .*bad\.yml, line \d+, column \d+: "):
+    _load(bad)
+
+
+def test_config_errors_are_not_logged_by_maxtext(monkeypatch: pytest.MonkeyPatch) -> None:
+  """maxtext's own handler would log the error (for unknown keys, every field name) and sys.exit outside tests."""
+  logged = []
+  monkeypatch.setattr(pyconfig.max_logging, "error", logged.append)
+  _error("nvfp4_bakend=te")
+  assert not logged
+  handler = pyconfig._handle_config_exception  # pylint: disable=protected-access
+  assert handler.__module__ == "maxtext.configs.pyconfig"  # Restored afterwards.
+
+
+def test_non_config_errors_keep_their_type(monkeypatch: pytest.MonkeyPatch) -> None:
+  """A failure that is not about the config (e.g. jax distributed init) is not relabelled as a config error."""
+
+  def boom(*args, **kwargs):
+    raise RuntimeError("coordinator unreachable")
+
+  monkeypatch.setattr(pyconfig, "_initialize_pydantic", boom)
+  with pytest.raises(RuntimeError, match="coordinator unreachable"):
+    _load()
 
 
 # --- Config files ---------------------------------------------------------------------------------------------
