@@ -1,0 +1,85 @@
+# Copyright 2026 The NVFP4-for-MaxText Authors. Licensed under the Apache License, Version 2.0.
+# Shared by throughput_pair.sh and convergence_pair.sh (sourced, not run). Why a shared file: both scripts must
+# build the training and comparison command lines the same way, and --dry-run must print exactly what would run.
+
+PYTHON="${PYTHON:-python}"
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+MODELS=(llama3_8b llama3.1_405b)
+BASELINE_QUANT="fp8"
+CANDIDATE_QUANT="te_nvfp4"
+# maxtext's nsys hook (profiler=nsys) calls cudaProfilerStart/Stop around the profiled steps; nsys records only
+# that range. Flags from the comment next to `profiler:` in maxtext's base.yml.
+NSYS_FLAGS=(profile -s none --force-overwrite true --capture-range=cudaProfilerApi --capture-range-end=stop)
+# Multi-node: maxtext reads JAX_COORDINATOR_IP/JAX_COORDINATOR_PORT/NNODES/NODE_RANK; run this script on every
+# node. Only rank 0 writes metrics.jsonl and runs the comparison.
+NODE_RANK="${NODE_RANK:-${SLURM_PROCID:-0}}"
+
+dry_run=0
+
+die() {
+  echo "$(basename "$0"): $*" >&2
+  exit 2
+}
+
+# Prints a command line shell-quoted (what --dry-run shows), then runs it unless --dry-run.
+run() {
+  local quoted
+  printf -v quoted '%q ' "$@"
+  echo "${quoted% }"
+  if (( ! dry_run )); then
+    "$@"
+  fi
+}
+
+check_model() {
+  local m
+  for m in "${MODELS[@]}"; do
+    [[ "$1" == "$m" ]] && return 0
+  done
+  die "unknown --model '$1' (valid: ${MODELS[*]})"
+}
+
+check_positive_int() {
+  [[ "$2" =~ ^[1-9][0-9]*$ ]] || die "$1 must be a positive integer, got '$2'"
+}
+
+# Absolute path of a tokenizer shipped in the installed maxtext wheel (the wheel resolves bare names against a
+# folder that exists only in a source checkout).
+maxtext_tokenizer() {
+  "$PYTHON" - "$1" <<'EOF'
+import importlib.util, pathlib, sys
+spec = importlib.util.find_spec("maxtext")
+if spec is None:
+  sys.exit("maxtext is not installed for this python; set PYTHON=/path/to/venv/bin/python")
+path = pathlib.Path(next(iter(spec.submodule_search_locations))) / "assets" / "tokenizers" / sys.argv[1]
+if not path.is_file():
+  sys.exit(f"{path} is missing")
+print(path)
+EOF
+}
+
+# train_run MODEL QUANT OUT NSYS PROFILE_START [key=value ...]: one `python -m MaxText.train` run named QUANT.
+train_run() {
+  local model="$1" quant="$2" out="$3" nsys="$4" profile_start="$5"
+  shift 5
+  local recipe="configs/recipes/${model}_${quant}.yml"
+  [[ -f "$REPO_ROOT/$recipe" ]] || die "missing recipe $recipe"
+  local metrics="$out/$quant/metrics.jsonl"
+  (( NODE_RANK == 0 )) || metrics="$out/$quant/metrics.rank${NODE_RANK}.jsonl"
+  local cmd=("$PYTHON" -m MaxText.train "$recipe" "run_name=$quant" "base_output_directory=$out" "metrics_file=$metrics")
+  if (( nsys )); then
+    cmd=(nsys "${NSYS_FLAGS[@]}" -o "$out/$quant/profile.rank${NODE_RANK}" "${cmd[@]}" profiler=nsys
+      "skip_first_n_steps_for_profiler=$profile_start" profiler_steps=5)
+  fi
+  run mkdir -p "$out/$quant"  # maxtext appends to metrics_file but does not create its folder
+  run "${cmd[@]}" "$@"
+}
+
+# compare_runs OUT [compare flags ...]: the FP8-vs-NVFP4 report in OUT/report (rank 0 only).
+compare_runs() {
+  local out="$1"
+  shift
+  (( NODE_RANK == 0 )) || return 0
+  run "$PYTHON" -m MaxText.compare "$out/$BASELINE_QUANT" "$out/$CANDIDATE_QUANT" --baseline "$BASELINE_QUANT" \
+    --out "$out/report" "$@"
+}

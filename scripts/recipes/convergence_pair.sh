@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Copyright 2026 The NVFP4-for-MaxText Authors. Licensed under the Apache License, Version 2.0.
+#
+# The convergence pair on Blackwell: FP8 then te_nvfp4 for N steps on C4 (maxtext's TFDS pipeline, c4/en:3.0.1),
+# same weights, data order and schedule; then `python -m MaxText.compare` (loss gap in nats after warm-up, smoothed
+# final gap, step-0 agreement, speedup). NVIDIA's published MaxText Llama 3 8B run: +0.026 nats mean gap over
+# 10,000 steps. Cannot run without NVIDIA Blackwell GPUs, TransformerEngine and a prepared C4 TFDS dir.
+#
+# Usage: scripts/recipes/convergence_pair.sh --data-dir DIR [--model llama3_8b|llama3.1_405b] [--steps N]
+#          [--out DIR] [--smooth N] [--nsys] [--dry-run] [-- key=value ...]
+#   --data-dir   TFDS data_dir holding c4/en/3.0.1 (maxtext's dataset_path)
+#   --model      recipe pair configs/recipes/<model>_{fp8,te_nvfp4}.yml (default llama3_8b)
+#   --steps      training steps per run (default 10000)
+#   --out        base_output_directory (default results/recipes/<model>_convergence)
+#   --smooth     steps in the comparison's trailing means (default 100)
+#   --nsys       also profile 5 steps (from step 100, or 1 for runs <= 110 steps) under Nsight Systems
+#   --dry-run    print the commands instead of running them
+#   -- key=value maxtext overrides for both runs
+# Environment: PYTHON (default python); multi-node: JAX_COORDINATOR_IP, JAX_COORDINATOR_PORT, NNODES, NODE_RANK.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/_common.sh"
+
+model="llama3_8b"
+steps=10000
+out=""
+data_dir=""
+smooth=100
+nsys=0
+extra=()
+while (( $# )); do
+  case "$1" in
+    --model) model="${2:?--model needs a value}"; shift 2 ;;
+    --steps) steps="${2:?--steps needs a value}"; shift 2 ;;
+    --out) out="${2:?--out needs a value}"; shift 2 ;;
+    --data-dir) data_dir="${2:?--data-dir needs a value}"; shift 2 ;;
+    --smooth) smooth="${2:?--smooth needs a value}"; shift 2 ;;
+    --nsys) nsys=1; shift ;;
+    --dry-run) dry_run=1; shift ;;
+    -h|--help) sed -n '4,21p' "$0"; exit 0 ;;
+    --) shift; extra=("$@"); break ;;
+    *) die "unknown argument '$1' (see --help)" ;;
+  esac
+done
+check_model "$model"
+check_positive_int --steps "$steps"
+check_positive_int --smooth "$smooth"
+[[ -n "$data_dir" ]] || die "--data-dir is required: the TFDS data_dir that holds c4/en/3.0.1"
+# Absolute before the cd below: a relative --out means relative to where the script was called from.
+out="$(realpath -m "${out:-$REPO_ROOT/results/recipes/${model}_convergence}")"
+tokenizer="$(maxtext_tokenizer tokenizer_llama3.tiktoken)"
+profile_start=$(( steps > 110 ? 100 : 1 ))  # past warm-up when the run is long enough
+
+cd "$REPO_ROOT"
+for quant in "$BASELINE_QUANT" "$CANDIDATE_QUANT"; do
+  train_run "$model" "$quant" "$out" "$nsys" "$profile_start" "steps=$steps" "dataset_path=$data_dir" \
+    "tokenizer_path=$tokenizer" ${extra[@]+"${extra[@]}"}
+done
+compare_runs "$out" --smooth "$smooth"

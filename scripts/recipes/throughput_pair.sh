@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Copyright 2026 The NVFP4-for-MaxText Authors. Licensed under the Apache License, Version 2.0.
+#
+# The throughput pair on a Blackwell node (GB200 / GB300): FP8 then te_nvfp4, same recipe otherwise, synthetic
+# data, 50 steps each; then `python -m MaxText.compare` (speedup = FP8 median step time / NVFP4 median step time,
+# TFLOP/s/device, tokens/s/device). Cannot run without NVIDIA Blackwell GPUs and TransformerEngine.
+#
+# Usage: scripts/recipes/throughput_pair.sh [--model llama3_8b|llama3.1_405b] [--steps N] [--out DIR]
+#          [--perf-start-step N] [--nsys] [--dry-run] [-- key=value ...]
+#   --model            recipe pair configs/recipes/<model>_{fp8,te_nvfp4}.yml (default llama3_8b)
+#   --steps            training steps per run (default 50)
+#   --out              base_output_directory; runs land in OUT/fp8, OUT/te_nvfp4, the report in OUT/report
+#                      (default results/recipes/<model>_throughput)
+#   --perf-start-step  first step in the throughput medians (default 10: compilation and autotuning come first)
+#   --nsys             run under Nsight Systems, profiling 5 steps from --perf-start-step (maxtext profiler=nsys)
+#   --dry-run          print the commands instead of running them
+#   -- key=value ...   maxtext overrides for both runs, e.g. per_device_batch_size=4 dcn_fsdp_parallelism=2
+# Environment: PYTHON (default python); multi-node: JAX_COORDINATOR_IP, JAX_COORDINATOR_PORT, NNODES, NODE_RANK.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/_common.sh"
+
+model="llama3_8b"
+steps=50
+out=""
+perf_start=10
+nsys=0
+extra=()
+while (( $# )); do
+  case "$1" in
+    --model) model="${2:?--model needs a value}"; shift 2 ;;
+    --steps) steps="${2:?--steps needs a value}"; shift 2 ;;
+    --out) out="${2:?--out needs a value}"; shift 2 ;;
+    --perf-start-step) perf_start="${2:?--perf-start-step needs a value}"; shift 2 ;;
+    --nsys) nsys=1; shift ;;
+    --dry-run) dry_run=1; shift ;;
+    -h|--help) sed -n '4,20p' "$0"; exit 0 ;;
+    --) shift; extra=("$@"); break ;;
+    *) die "unknown argument '$1' (see --help)" ;;
+  esac
+done
+check_model "$model"
+check_positive_int --steps "$steps"
+[[ "$perf_start" =~ ^[0-9]+$ ]] || die "--perf-start-step must be a step >= 0, got '$perf_start'"
+(( perf_start < steps )) || die "--perf-start-step ($perf_start) must be below --steps ($steps)"
+# Absolute before the cd below: a relative --out means relative to where the script was called from.
+out="$(realpath -m "${out:-$REPO_ROOT/results/recipes/${model}_throughput}")"
+
+cd "$REPO_ROOT"
+for quant in "$BASELINE_QUANT" "$CANDIDATE_QUANT"; do
+  train_run "$model" "$quant" "$out" "$nsys" "$perf_start" "steps=$steps" dataset_type=synthetic \
+    enable_checkpointing=false ${extra[@]+"${extra[@]}"}
+done
+compare_runs "$out" --perf-start-step "$perf_start"
