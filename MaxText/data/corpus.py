@@ -210,9 +210,9 @@ def build_corpus(
     The manifest also written to corpus.json.
   """
   root = Path(root) if root is not None else stdlib_dir()
+  splits = collect_documents(root, eval_fraction=eval_fraction, max_doc_chars=max_doc_chars)
   out = Path(out_dir)
   out.mkdir(parents=True, exist_ok=True)
-  splits = collect_documents(root, eval_fraction=eval_fraction, max_doc_chars=max_doc_chars)
   files = {}
   for split, docs in splits.items():
     path = out / f"{split.value}.parquet"
@@ -245,7 +245,8 @@ def build_corpus(
 def corpus_overrides(corpus_dir: str | os.PathLike) -> list[str]:
   """The maxtext `key=value` overrides that point a run at a built corpus (absolute paths, any working dir).
 
-  `use_truncation=false` makes maxtext chunk each row into max_target_length pieces instead of dropping all but
+  The text column is maxtext's default (`train_data_columns: ['text']`), so it is not repeated here (a `[...]`
+  argument would also be a glob pattern in an unquoted shell expansion). `use_truncation=false` makes maxtext chunk each row into max_target_length pieces instead of dropping all but
   the first; `packing` (on by default) then fills each sequence. `grain_worker_count=0` reads in the training
   process, which on a 2-core CPU is faster than a worker subprocess.
   """
@@ -255,8 +256,6 @@ def corpus_overrides(corpus_dir: str | os.PathLike) -> list[str]:
       "grain_file_type=parquet",
       f"grain_train_files={out / 'train.parquet'}",
       f"grain_eval_files={out / 'eval.parquet'}",
-      f"train_data_columns=['{TEXT_COLUMN}']",
-      f"eval_data_columns=['{TEXT_COLUMN}']",
       f"tokenizer_path={tokenizer_file()}",
       f"tokenizer_type={TOKENIZER_TYPE}",
       f"vocab_size={TOKENIZER_VOCAB_SIZE}",
@@ -275,15 +274,27 @@ def _parse_args(argv: Iterable[str] | None) -> argparse.Namespace:
   parser.add_argument("--stdlib-dir", type=Path, default=None, help=f"source dir (default: {stdlib_dir()})")
   parser.add_argument("--eval-fraction", type=float, default=DEFAULT_EVAL_FRACTION, help="fraction of files for eval")
   parser.add_argument("--max-doc-chars", type=int, default=DEFAULT_MAX_DOC_CHARS, help="longest row, in characters")
+  parser.add_argument(
+      "--overrides-only",
+      action="store_true",
+      help="print only the maxtext key=value overrides (one line), e.g. for OV=$(python -m MaxText.data.corpus DIR ...)",
+  )
   return parser.parse_args(None if argv is None else list(argv))
 
 
 def main(argv: Iterable[str] | None = None) -> int:
-  """CLI: build the corpus, print its summary and the maxtext overrides that use it."""
+  """CLI: build the corpus, print its summary and the maxtext overrides that use it; exit 2 on bad arguments."""
   args = _parse_args(argv)
-  manifest = build_corpus(
-      args.out_dir, root=args.stdlib_dir, eval_fraction=args.eval_fraction, max_doc_chars=args.max_doc_chars
-  )
+  try:
+    manifest = build_corpus(
+        args.out_dir, root=args.stdlib_dir, eval_fraction=args.eval_fraction, max_doc_chars=args.max_doc_chars
+    )
+  except ValueError as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
+  if args.overrides_only:
+    print(" ".join(corpus_overrides(args.out_dir)))
+    return 0
   for name, info in manifest["splits"].items():
     print(f"{name}: {info['rows']} rows from {info['source_files']} files, {info['characters']} chars, sha256 {info['sha256']}")
   print("maxtext overrides for this corpus:")

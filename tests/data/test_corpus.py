@@ -139,3 +139,13 @@ def test_maxtext_grain_pipeline_trains_on_it(built, run_train, tmp_path):
   run = read_jsonl(metrics)
   assert list(run.steps) == [0, 1, 2]
   assert all(9.0 < loss < 12.0 for loss in run.loss)  # ~ln(32000) = 10.4 at random init on real tokens
+
+
+def test_cli_overrides_only_and_bad_arguments(tmp_path, capsys):
+  assert corpus.main([str(tmp_path / "c"), "--overrides-only", "--stdlib-dir", str(_fake_stdlib(tmp_path / "lib")),
+                      "--eval-fraction", "0.5"]) == 0
+  line = capsys.readouterr().out.strip()
+  assert line.split() == corpus.corpus_overrides(tmp_path / "c")
+  assert f"grain_train_files={tmp_path / 'c' / 'train.parquet'}" in line and "vocab_size=32000" in line
+  assert corpus.main([str(tmp_path / "d"), "--eval-fraction", "2"]) == 2
+  assert "eval_fraction" in capsys.readouterr().err and not (tmp_path / "d").exists()
