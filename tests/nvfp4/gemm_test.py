@@ -1,0 +1,150 @@
+# Copyright 2026 The NVFP4-for-MaxText Authors. Licensed under the Apache License, Version 2.0.
+"""The NVFP4 GEMM: forward and both gradients against an f32 reference built from quantize/dequantize."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from MaxText.nvfp4 import dequantize, quantize
+from MaxText.nvfp4.gemm import QUANTIZATION_NAME, GemmRecipe, nvfp4_dot_general
+
+_DIMS = (((1,), (0,)), ((), ()))
+_KEY = jax.random.key(42)
+
+
+def _operands(m=64, k=96, n=48, seed=0):
+  kx, kw, kd = jax.random.split(jax.random.key(seed), 3)
+  x = jax.random.normal(kx, (m, k), jnp.float32).astype(jnp.bfloat16)
+  w = jax.random.normal(kw, (k, n), jnp.float32) * 0.2
+  dy = jax.random.normal(kd, (m, n), jnp.float32).astype(jnp.bfloat16)
+  return x, w, dy
+
+
+def _vjp(x, w, dy, recipe):
+  y, pullback = jax.vjp(lambda x, w: nvfp4_dot_general(x, w, _DIMS, key=_KEY, recipe=recipe), x, w)
+  return (y, *pullback(dy))
+
+
+def _deq(x, **kw):
+  return dequantize(quantize(x, **kw))
+
+
+def _rel(a, b):
+  a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+  return np.linalg.norm(a - b) / np.linalg.norm(b)
+
+
+@pytest.mark.parametrize("recipe", [GemmRecipe(), GemmRecipe(rht=False), GemmRecipe(stochastic_rounding=False),
+                                    GemmRecipe(weight_2d=False)], ids=["te_nvfp4", "no_rht", "no_sr", "w1d"])
+def test_matches_quantize_dequantize_reference(recipe):
+  """Each GEMM equals the f32 product of the dequantized operands of the spec's table, to f32 rounding."""
+  x, w, dy = _operands()
+  y, dx, dw = jax.jit(_vjp, static_argnums=3)(x, w, dy, recipe)
+  w_scaling = "2d" if recipe.weight_2d else "1d"
+  sr = recipe.stochastic_rounding
+  k_dgrad, k_wgrad = jax.random.split(_KEY) if sr else (None, None)
+
+  y_ref = _deq(x) @ _deq(w.T, scaling=w_scaling).T
+  dx_ref = (_deq(dy, stochastic_rounding=sr, key=k_dgrad)
+            @ (_deq(w.T, scaling=w_scaling).T if recipe.weight_2d else _deq(w)).T)
+  dw_ref = (_deq(x.T, rht=recipe.rht)
+            @ _deq(dy.T, rht=recipe.rht, stochastic_rounding=sr, key=k_wgrad).T)
+
+  assert y.dtype == jnp.bfloat16 and dx.dtype == jnp.bfloat16 and dw.dtype == jnp.float32
+  np.testing.assert_allclose(np.asarray(y, np.float32), np.asarray(y_ref.astype(jnp.bfloat16), np.float32),
+                             rtol=1e-2, atol=1e-2)  # one bf16 rounding apart at most
+  np.testing.assert_allclose(np.asarray(dx, np.float32), np.asarray(dx_ref.astype(jnp.bfloat16), np.float32),
+                             rtol=1e-2, atol=1e-2)
+  # With RHT, dequantize inverts the transform on each operand; R R^T = I makes the products equal up to the
+  # f32 rounding of the inverse transforms.
+  np.testing.assert_allclose(np.asarray(dw), np.asarray(dw_ref), rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("rht", [True, False])
+def test_sanity_bounds_against_bf16(rht):
+  """NVFP4 results stay within the error E2M1 implies of the exact products (and are not garbage)."""
+  x, w, dy = _operands(128, 256, 128, seed=1)
+  y, dx, dw = _vjp(x, w, dy, GemmRecipe(rht=rht))
+  xf, wf, dyf = (a.astype(jnp.float32) for a in (x, w, dy))
+  assert _rel(y, xf @ wf) < 0.2
+  assert _rel(dx, dyf @ wf.T) < 0.25
+  assert _rel(dw, xf.T @ dyf) < 0.25
+
+
+def test_rht_cancels_in_the_weight_gradient():
+  """The GEMM never inverts the RHT, yet dW approximates x^T dY as well as without RHT: R R^T = I cancels."""
+  x, w, dy = _operands(256, 64, 64, seed=2)
+  x = x.at[::37, :].multiply(30)  # token outliers
+  exact = x.astype(jnp.float32).T @ dy.astype(jnp.float32)
+  errs = {rht: _rel(_vjp(x, w, dy, GemmRecipe(rht=rht, stochastic_rounding=False))[2], exact) for rht in (True, False)}
+  assert errs[True] < 0.2 and errs[True] < errs[False] * 1.5, errs
+
+
+def test_stochastic_rounding_is_deterministic_per_key_and_unbiased_over_keys():
+  x, w, dy = _operands(32, 32, 32, seed=3)
+  f = jax.jit(lambda k: jax.vjp(lambda w: nvfp4_dot_general(x, w, _DIMS, key=k), w)[1](dy)[0])
+  np.testing.assert_array_equal(np.asarray(f(jax.random.key(1))), np.asarray(f(jax.random.key(1))))
+  assert not np.array_equal(np.asarray(f(jax.random.key(1))), np.asarray(f(jax.random.key(2))))
+  mean = np.mean([np.asarray(f(k)) for k in jax.random.split(jax.random.key(0), 64)], axis=0)
+  nearest = np.asarray(jax.vjp(lambda w: nvfp4_dot_general(x, w, _DIMS, key=None,
+                                                             recipe=GemmRecipe(stochastic_rounding=False)), w)[1](dy)[0])
+  exact = np.asarray(_deq(x.T, rht=True).T.T @ dy.astype(jnp.float32))
+  assert _rel(mean, exact) < _rel(nearest, exact)
+
+
+@pytest.mark.parametrize("lhs_shape,rhs_shape,dims", [
+    ((2, 16, 64), (64, 96), (((2,), (0,)), ((), ()))),  # wi: (batch, seq, embed) x (embed, mlp)
+    ((2, 16, 64), (64, 2, 48), (((2,), (0,)), ((), ()))),  # fused wi: (embed, num_activations, mlp)
+    ((2, 16, 4, 16), (4, 16, 64), (((2, 3), (0, 1)), ((), ()))),  # attention out: (heads, kv, embed)
+])
+def test_maxtext_dimension_numbers(lhs_shape, rhs_shape, dims):
+  x = jax.random.normal(jax.random.key(0), lhs_shape, jnp.bfloat16)
+  w = jax.random.normal(jax.random.key(1), rhs_shape, jnp.float32)
+  y = nvfp4_dot_general(x, w, dims, key=_KEY)
+  ref = jax.lax.dot_general(x.astype(jnp.float32), w, dims)
+  assert y.shape == ref.shape and y.dtype == x.dtype
+  assert _rel(y, ref) < 0.2
+  dx, dw = jax.grad(lambda x, w: nvfp4_dot_general(x, w, dims, key=_KEY).astype(jnp.float32).sum(), (0, 1))(x, w)
+  assert dx.shape == x.shape and dw.shape == w.shape and dw.dtype == jnp.float32
+  dx_ref, dw_ref = jax.grad(lambda x, w: jax.lax.dot_general(x.astype(jnp.float32), w, dims).sum(), (0, 1))(x, w)
+  assert _rel(dx, dx_ref) < 0.2 and _rel(dw, dw_ref) < 0.25
+
+
+def test_jaxpr_three_gemms_on_fp4_operands_and_named_residuals():
+  """fprop + dgrad + wgrad = 3 dot_generals (no hidden high-precision GEMM), operands through float4/float8."""
+  x, w, dy = _operands(32, 32, 32)
+  jaxpr = jax.make_jaxpr(lambda x, w: jax.vjp(lambda x, w: nvfp4_dot_general(x, w, _DIMS, key=_KEY), x, w)[1](dy))(x, w)
+  text = str(jaxpr)
+  assert text.count("dot_general") == 3, text.count("dot_general")
+  assert "float4_e2m1fn" in text and "float8_e4m3fn" in text
+  fwd = str(jax.make_jaxpr(lambda x, w: jax.vjp(lambda x, w: nvfp4_dot_general(x, w, _DIMS, key=_KEY), x, w)[0])(x, w))
+  assert f"name={QUANTIZATION_NAME}" in fwd
+
+
+def test_remat_policy_saves_quantized_residuals():
+  """Under jax.checkpoint with save_only_these_names('quantization'), the backward pass re-quantizes less."""
+  x, w, dy = _operands(32, 32, 32)
+
+  def loss(x, w, policy):
+    f = jax.checkpoint(lambda x, w: nvfp4_dot_general(x, w, _DIMS, key=_KEY), policy=policy)
+    return jnp.vdot(f(x, w).astype(jnp.float32), dy.astype(jnp.float32))
+
+  counts = {}
+  for name, policy in (("save", jax.checkpoint_policies.save_only_these_names(QUANTIZATION_NAME)),
+                       ("none", jax.checkpoint_policies.nothing_saveable)):
+    counts[name] = str(jax.make_jaxpr(jax.grad(lambda x, w: loss(x, w, policy), (0, 1)))(x, w)).count("float4_e2m1fn")
+  assert counts["save"] < counts["none"], counts
+  g_save = jax.grad(lambda w: loss(x, w, jax.checkpoint_policies.save_only_these_names(QUANTIZATION_NAME)))(w)
+  g_none = jax.grad(lambda w: loss(x, w, jax.checkpoint_policies.nothing_saveable))(w)
+  np.testing.assert_array_equal(np.asarray(g_save), np.asarray(g_none))
+
+
+def test_errors():
+  x = jnp.ones((16, 40), jnp.bfloat16)
+  with pytest.raises(ValueError, match="K \\(contracting\\) = 40"):
+    nvfp4_dot_general(x, jnp.ones((40, 16)), _DIMS, key=_KEY)
+  with pytest.raises(NotImplementedError, match="batch dimensions"):
+    nvfp4_dot_general(jnp.ones((2, 16, 32)), jnp.ones((2, 32, 16)), (((2,), (1,)), ((0,), (0,))), key=_KEY)
+  with pytest.raises(ValueError, match="needs a PRNG key"):
+    nvfp4_dot_general(jnp.ones((16, 32)), jnp.ones((32, 16)), _DIMS, key=None)
