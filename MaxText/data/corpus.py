@@ -182,7 +182,10 @@ def collect_documents(
 def write_parquet(docs: Sequence[Document], path: Path) -> None:
   """Writes the rows with fixed writer settings, so equal rows give equal bytes (no timestamps in parquet)."""
   table = pa.table(
-      {TEXT_COLUMN: pa.array([d.text for d in docs], pa.string()), PATH_COLUMN: pa.array([d.path for d in docs], pa.string())}
+      {
+          TEXT_COLUMN: pa.array([d.text for d in docs], pa.string()),
+          PATH_COLUMN: pa.array([d.path for d in docs], pa.string()),
+      }
   )
   pq.write_table(table, path, compression="zstd", compression_level=3, row_group_size=1024, write_statistics=False)
 
@@ -246,9 +249,10 @@ def corpus_overrides(corpus_dir: str | os.PathLike) -> list[str]:
   """The maxtext `key=value` overrides that point a run at a built corpus (absolute paths, any working dir).
 
   The text column is maxtext's default (`train_data_columns: ['text']`), so it is not repeated here (a `[...]`
-  argument would also be a glob pattern in an unquoted shell expansion). `use_truncation=false` makes maxtext chunk each row into max_target_length pieces instead of dropping all but
-  the first; `packing` (on by default) then fills each sequence. `grain_worker_count=0` reads in the training
-  process, which on a 2-core CPU is faster than a worker subprocess.
+  argument would also be a glob pattern in an unquoted shell expansion). `use_truncation=false` makes maxtext chunk
+  each row into max_target_length pieces instead of dropping all but the first; `packing` (on by default) then fills
+  each sequence. `grain_worker_count=0` reads in the training process, which on a 2-core CPU is faster than a worker
+  subprocess.
   """
   out = Path(corpus_dir).resolve()
   return [
@@ -296,7 +300,10 @@ def main(argv: Iterable[str] | None = None) -> int:
     print(" ".join(corpus_overrides(args.out_dir)))
     return 0
   for name, info in manifest["splits"].items():
-    print(f"{name}: {info['rows']} rows from {info['source_files']} files, {info['characters']} chars, sha256 {info['sha256']}")
+    print(
+        f"{name}: {info['rows']} rows from {info['source_files']} files, {info['characters']} chars, "
+        f"sha256 {info['sha256']}"
+    )
   print("maxtext overrides for this corpus:")
   print(" ".join(corpus_overrides(args.out_dir)))
   return 0
