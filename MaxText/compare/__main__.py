@@ -27,7 +27,7 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
   )
   parser.add_argument("runs", nargs="*", metavar="RUN", help="run dir, metrics .jsonl, or NAME=PATH")
   parser.add_argument("--baseline", help="name of the baseline run (a run dir's basename, or NAME of NAME=PATH)")
-  parser.add_argument("--out", default="compare_out", help="output dir for report.md/json and the plots")
+  parser.add_argument("--out", default="results/compare", help="output dir for report.md/json and the plots")
   parser.add_argument(
       "--window-start", type=int, default=None, help="first step of the gap window (default: end of warm-up)"
   )

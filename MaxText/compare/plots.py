@@ -58,7 +58,7 @@ def plot_loss(runs: Sequence[RunMetrics], report: Report, path: Path) -> None:
                        color=color, fontsize=8, rotation=90, va="top")
   ax_loss.set_ylabel("training loss (nats)")
   ax_loss.set_title(f"loss (trailing mean over {smooth} steps)")
-  ax_loss.legend(loc="upper right", fontsize=8)
+  ax_loss.legend(loc="best", fontsize=8)
   ax_loss.grid(alpha=0.3)
   ax_gap.axhline(0.0, color="black", linewidth=0.8)
   for i, run in enumerate(runs):
@@ -79,7 +79,7 @@ def plot_loss(runs: Sequence[RunMetrics], report: Report, path: Path) -> None:
   ax_gap.set_title("gap to the baseline (dashed: window start)")
   ax_gap.grid(alpha=0.3)
   if len(runs) > 1:
-    ax_gap.legend(loc="upper right", fontsize=8)
+    ax_gap.legend(loc="best", fontsize=8)
   fig.tight_layout()
   fig.savefig(path)
 
