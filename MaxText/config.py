@@ -30,6 +30,7 @@ __all__ = [
     "ConfigError",
     "NVFP4AttentionPrecision",
     "NVFP4Backend",
+    "NVFP4MlpPrecision",
     "NVFP4Config",
     "format_config_error",
 ]
@@ -66,6 +67,17 @@ class NVFP4AttentionPrecision(str, enum.Enum):
   FP8 = "fp8"
 
 
+class NVFP4MlpPrecision(str, enum.Enum):
+  """Precision of the MLP GEMMs when an NVFP4 mode is on.
+
+  NVFP4: NVIDIA's recipe. BF16: the same run with the MLP unquantized while keeping the NVFP4 quant object, so
+    parameter initialization is identical to the NVFP4 runs: the BF16 baseline of a precision comparison.
+  """
+
+  NVFP4 = "nvfp4"
+  BF16 = "bf16"
+
+
 class NVFP4Config(types.MaxTextConfig):
   """maxtext's config plus the NVFP4 plugin keys.
 
@@ -81,6 +93,11 @@ class NVFP4Config(types.MaxTextConfig):
   nvfp4_attention_precision: NVFP4AttentionPrecision = Field(
       NVFP4AttentionPrecision.BF16,
       description="Precision of the attention projections under an NVFP4 mode: 'bf16' or 'fp8' (never FP4).",
+  )
+  nvfp4_mlp_precision: NVFP4MlpPrecision = Field(
+      NVFP4MlpPrecision.NVFP4,
+      description="Precision of the MLP GEMMs under an NVFP4 mode: 'nvfp4' (the recipe) or 'bf16' (a baseline that"
+      " keeps the same quant object and so the same initial weights).",
   )
   nvfp4_stochastic_rounding: bool = Field(
       True,

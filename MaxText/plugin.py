@@ -47,24 +47,50 @@ _registered = False
 
 
 def nvfp4_quantization(config: Any, quant_mode_str: str = "train") -> Any:
-  """Returns maxtext's quant object (`dot_general_cls`/`einsum`) for an NVFP4 mode; the precision policy's slot.
+  """Returns maxtext's quant object (`dot_general_cls`/`einsum`) for an NVFP4 mode: the precision policy.
 
-  Called by the `configure_quantization` wrapper when `config.quantization` is in `NVFP4_MODES`. Looked up
-  by name at call time, so the policy can replace it (and tests can patch it).
+  Called by the `configure_quantization` wrapper when `config.quantization` is in `NVFP4_MODES`.
 
   Args:
     config: maxtext's `HyperParameters` (attribute access to every key, ours included).
-    quant_mode_str: maxtext's quantization mode, "train", "serve" or "convert".
+    quant_mode_str: maxtext's quantization mode; only "train" is supported.
 
   Raises:
-    NotImplementedError: always, until the NVFP4 precision policy is installed.
+    ValueError: nvfp4_backend=te where TransformerEngine or a Blackwell GPU is missing.
+    NotImplementedError: serve/convert modes.
   """
-  del quant_mode_str  # Unused until the policy lands.
-  mode = _quantization_name(config)
-  raise NotImplementedError(
-      f"quantization={mode} is registered but the NVFP4 precision policy is not installed yet "
-      "(MaxText.plugin.nvfp4_quantization); use quantization=fp8 or quantization='' meanwhile."
-  )
+  from MaxText.adapter import quantization_from_config  # pylint: disable=import-outside-toplevel
+
+  return quantization_from_config(config, quant_mode_str)
+
+
+def _wrap_maybe_quantize_model(original: Callable[..., Any]) -> Callable[..., Any]:
+  """After maxtext builds a model, writes and prints the NVFP4 precision plan read off that model."""
+
+  @functools.wraps(original)
+  def maybe_quantize_model(model: Any, config: Any) -> Any:
+    from MaxText.adapter import Nvfp4Quantization  # pylint: disable=import-outside-toplevel
+    from MaxText import plan  # pylint: disable=import-outside-toplevel
+
+    model = original(model, config)
+    quants = {id(q): q for _, q in _quant_objects(model)}
+    for quant in quants.values():
+      if isinstance(quant, Nvfp4Quantization):
+        plan.report(model, quant, f"{config.base_output_directory}/{config.run_name}")
+    return model
+
+  setattr(maybe_quantize_model, _MARK, True)
+  return maybe_quantize_model
+
+
+def _quant_objects(model: Any) -> Iterator[tuple[Any, Any]]:
+  """(path, quant) of every DenseGeneral that holds a quant object."""
+  from flax import nnx  # pylint: disable=import-outside-toplevel
+
+  for path, node in nnx.iter_graph(model):
+    quant = getattr(node, "quant", None) if type(node).__name__ == "DenseGeneral" else None
+    if quant is not None:
+      yield path, quant
 
 
 def _quantization_name(config: Any) -> str:
@@ -169,6 +195,7 @@ def register() -> None:
     for name in ("initialize", "initialize_pydantic"):
       _install(pyconfig, name, lambda orig: _wrap_initialize(orig, pyconfig, NVFP4Config))
     _install(quantizations, "configure_quantization", _wrap_configure_quantization)
+    _install(quantizations, "maybe_quantize_model", _wrap_maybe_quantize_model)
     _registered = True
 
 

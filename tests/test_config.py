@@ -40,6 +40,7 @@ _OUR_KEYS = {
     "nvfp4_attention_precision": "bf16",
     "nvfp4_stochastic_rounding": True,
     "nvfp4_2d_weight_scaling": True,
+    "nvfp4_mlp_precision": "nvfp4",
 }
 
 
@@ -225,9 +226,11 @@ def test_other_modes_reach_maxtexts_factory() -> None:
 @pytest.mark.parametrize("mode", plugin_config.NVFP4_MODES)
 def test_nvfp4_modes_reach_our_function(mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
   """The NVFP4 modes never reach upstream's TransformerEngine class; `nvfp4_quantization` is looked up per call."""
-  config = _load(TINY_YML, f"quantization={mode}")
-  with pytest.raises(NotImplementedError, match=f"quantization={mode} is registered but the NVFP4 precision policy"):
-    quantizations.configure_quantization(config, quant_mode_str="train")
+  from MaxText.adapter import Nvfp4Quantization  # pylint: disable=import-outside-toplevel
+
+  config = _load(TINY_YML, f"quantization={mode}", "nvfp4_backend=emulated")
+  quant = quantizations.configure_quantization(config, quant_mode_str="train")
+  assert isinstance(quant, Nvfp4Quantization) and quant.policy.recipe.rht == (mode == "te_nvfp4")
   sentinel = object()
   monkeypatch.setattr(plugin, "nvfp4_quantization", lambda cfg, quant_mode_str="train": (sentinel, quant_mode_str))
   assert quantizations.configure_quantization(config, "serve") == (sentinel, "serve")

@@ -1,0 +1,137 @@
+# Copyright 2026 The NVFP4-for-MaxText Authors. Licensed under the Apache License, Version 2.0.
+"""The maxtext adapter: a `Quantization` whose `dot_general_cls` hands each DenseGeneral its policy's GEMM.
+
+maxtext's hook (layers/linears.py): `DenseGeneral` asks `quant.dot_general_cls(mesh_axes=kernel_axes)` for a
+Linen module class, instantiates it with no arguments, wraps it in ToNNX and calls it as
+`dot_general(inputs, kernel, dimension_numbers, precision=None)` with only the "aqt" collection mutable.
+This module holds no numerics: it maps (precision, backend) to a module class.
+"""
+
+import dataclasses
+import functools
+from typing import Any, ClassVar, Protocol
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+from maxtext.layers import quantizations
+
+from MaxText import te_backend
+from MaxText.backend import Backend
+from MaxText.nvfp4.formats import BLOCK_SIZE
+from MaxText.nvfp4.gemm import GemmRecipe, nvfp4_dot_general
+from MaxText.policy import Precision, PrecisionPolicy
+
+#: Collection and name of the per-GEMM call counter folded into the stochastic-rounding key (see sr_key).
+SR_COUNT_COLLECTION = "aqt"
+SR_COUNT_NAME = "nvfp4_sr_count"
+
+
+class DotGeneralModule(Protocol):
+  """What DenseGeneral calls: `module(inputs, kernel, dimension_numbers, precision=None)`."""
+
+  def __call__(self, lhs: jax.Array, rhs: jax.Array, dimension_numbers: Any, precision: Any = None) -> jax.Array:
+    ...
+
+
+def sr_key(module: nn.Module) -> jax.Array:
+  """The stochastic-rounding key of this GEMM for this call: distinct per layer, per step, reproducible.
+
+  Layer: ToNNX forks its own rng streams per DenseGeneral (and per scanned layer), so make_rng("dropout")
+  differs between GEMMs. Step: under scan_layers maxtext discards the rng counters every step, so a uint32 call
+  counter in the "aqt" collection (the one DenseGeneral leaves mutable) is folded in; it is model state, saved
+  in checkpoints with the rng state, so a resumed run draws the same keys. It counts forward calls: 1 after
+  init, +1 per training microbatch (and per eval forward).
+  """
+  count = module.variable(SR_COUNT_COLLECTION, SR_COUNT_NAME, lambda: jnp.zeros((), jnp.uint32))
+  key = jax.random.fold_in(module.make_rng("dropout"), count.value)
+  if not module.is_initializing() and module.is_mutable_collection(SR_COUNT_COLLECTION):
+    count.value = count.value + jnp.uint32(1)
+  return key
+
+
+class Nvfp4DotGeneral(nn.Module):
+  """Emulated NVFP4 GEMM (pure JAX, MaxText.nvfp4.gemm) for one DenseGeneral."""
+
+  recipe: GemmRecipe = GemmRecipe()
+
+  @nn.compact
+  def __call__(self, lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None):
+    del precision, preferred_element_type  # NVFP4 fixes both: FP4 operands, f32 accumulation, lhs dtype out
+    key = sr_key(self) if self.recipe.stochastic_rounding else None
+    return nvfp4_dot_general(lhs, rhs, dimension_numbers, key=key, recipe=self.recipe)
+
+
+class UnquantizedDotGeneral(nn.Module):
+  """The GEMM as maxtext computes it without quantization: lax.dot_general in the operands' dtype."""
+
+  @nn.compact
+  def __call__(self, lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None):
+    return jax.lax.dot_general(lhs, rhs, dimension_numbers, precision=precision,
+                               preferred_element_type=preferred_element_type)
+
+
+def module_class(precision: Precision, backend: Backend, recipe: GemmRecipe) -> type[nn.Module]:
+  """The one table from (precision, backend) to the Linen module that runs the GEMM."""
+  if precision is Precision.BF16:
+    return UnquantizedDotGeneral
+  if backend is Backend.TE:
+    return te_backend.dot_general_cls(precision, recipe)
+  if precision is Precision.NVFP4:
+    return functools.partial(Nvfp4DotGeneral, recipe=recipe)
+  return nn.Fp8DirectDotGeneralOp  # maxtext's own fp8 (delayed scaling), as quantization=fp8 uses
+
+
+def implementation_name(precision: Precision, backend: Backend) -> str:
+  """Human name of what module_class picks, for the precision plan."""
+  if precision is Precision.BF16:
+    return "lax.dot_general (unquantized)"
+  if backend is Backend.TE:
+    return te_backend.implementation_name(precision)
+  return "MaxText.nvfp4 emulation" if precision is Precision.NVFP4 else "maxtext fp8 (flax Fp8DirectDotGeneralOp)"
+
+
+@dataclasses.dataclass(eq=False)
+class Nvfp4Quantization(quantizations.Quantization):
+  """maxtext's quant object for te_nvfp4 / te_nvfp4_no_rht: the policy decides per DenseGeneral."""
+
+  policy: PrecisionPolicy = PrecisionPolicy()
+  backend: Backend = Backend.EMULATED
+  quant_mode: str = "train"  # maxtext's in_serve_mode() reads it
+  needs_apply_rngs: ClassVar[bool] = True  # stochastic rounding draws from the rng streams at apply time
+
+  def get_block_size(self) -> int:
+    """Rows of DenseGeneral's dummy init input: a multiple of NVFP4's block (TE's RHT kernel wants 128)."""
+    return 128 if self.backend is Backend.TE else BLOCK_SIZE
+
+  def dot_general_cls(self, mesh_axes: tuple[str | None, ...] = ()) -> type[nn.Module]:
+    return module_class(self.policy.precision_for(tuple(mesh_axes)), self.backend, self.policy.recipe)
+
+  def einsum(self, dtype: Any = jnp.float32) -> Any:
+    """MoE experts reach quantization through einsum; the NVFP4 recipe here covers dense MLPs only."""
+    raise NotImplementedError(
+        "quantization=te_nvfp4 covers DenseGeneral GEMMs (dense Llama-style MLPs); MoE expert einsums are not "
+        "supported. Use a dense decoder_block, or quantization=fp8 for MoE models."
+    )
+
+
+def policy_from_config(config: Any) -> PrecisionPolicy:
+  """The policy a maxtext config asks for (quantization and the nvfp4_* keys)."""
+  mode = str(getattr(config.quantization, "value", config.quantization))
+  return PrecisionPolicy(
+      mlp=Precision(str(getattr(config.nvfp4_mlp_precision, "value", config.nvfp4_mlp_precision))),
+      attention=Precision(str(getattr(config.nvfp4_attention_precision, "value", config.nvfp4_attention_precision))),
+      recipe=GemmRecipe(rht=mode != "te_nvfp4_no_rht", stochastic_rounding=bool(config.nvfp4_stochastic_rounding),
+                        weight_2d=bool(config.nvfp4_2d_weight_scaling)),
+  )
+
+
+def quantization_from_config(config: Any, quant_mode_str: str = "train") -> Nvfp4Quantization:
+  """maxtext's quant object for an NVFP4 mode; resolves the backend (raises before compiling if TE can't run)."""
+  from MaxText.backend import resolve_backend  # pylint: disable=import-outside-toplevel
+
+  if quant_mode_str != "train":
+    raise NotImplementedError(f"quantization={config.quantization} supports training only; got quant_mode "
+                              f"{quant_mode_str!r} (serve/convert). Serve the trained BF16/FP32 weights instead.")
+  backend = resolve_backend(str(getattr(config.nvfp4_backend, "value", config.nvfp4_backend)))
+  return Nvfp4Quantization(policy=policy_from_config(config), backend=backend)
