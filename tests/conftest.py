@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import pathlib
 import subprocess
@@ -66,28 +67,36 @@ def jax_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
   return tmp_path_factory.mktemp("jax_cache")
 
 
-@pytest.fixture()
-def run_train(jax_cache_dir: pathlib.Path):
-  """Returns `run(overrides, as_file=False, timeout=300) -> Run`: the training CLI on configs/tiny.yml, on CPU.
+def read_losses(metrics_file: pathlib.Path) -> list[float]:
+  """The per-step `learning/loss` values of a maxtext `metrics_file` (one JSON object per line), from step 0."""
+  rows = [json.loads(line) for line in metrics_file.read_text(encoding="utf-8").splitlines() if line.strip()]
+  assert [int(r["step"]) for r in rows] == list(range(len(rows))), rows
+  return [float(r["learning/loss"]) for r in rows]
+
+
+def train_cli(overrides: list[str], jax_cache_dir: pathlib.Path, as_file: bool = False, timeout: float = 300) -> Run:
+  """Runs the training CLI on configs/tiny.yml, on CPU, in a subprocess.
 
   `as_file` runs `python MaxText/train.py` (the historic form) instead of `python -m MaxText.train`.
   """
+  entry = ["MaxText/train.py"] if as_file else ["-m", "MaxText.train"]
+  args = [*entry, str(TINY_YML.relative_to(REPO_ROOT)), f"jax_cache_dir={jax_cache_dir}", *overrides]
+  start = time.monotonic()
+  proc = subprocess.run(
+      [sys.executable, *args],
+      cwd=REPO_ROOT,
+      env=dict(os.environ, JAX_PLATFORMS="cpu"),
+      capture_output=True,
+      text=True,
+      timeout=timeout,
+      check=False,
+  )
+  seconds = time.monotonic() - start
+  print(f"[{seconds:.1f}s] python {' '.join(args)}")
+  return Run(proc.returncode, proc.stdout, proc.stderr, seconds)
 
-  def run(overrides: list[str], as_file: bool = False, timeout: float = 300) -> Run:
-    entry = ["MaxText/train.py"] if as_file else ["-m", "MaxText.train"]
-    args = [*entry, str(TINY_YML.relative_to(REPO_ROOT)), f"jax_cache_dir={jax_cache_dir}", *overrides]
-    start = time.monotonic()
-    proc = subprocess.run(
-        [sys.executable, *args],
-        cwd=REPO_ROOT,
-        env=dict(os.environ, JAX_PLATFORMS="cpu"),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-    seconds = time.monotonic() - start
-    print(f"[{seconds:.1f}s] python {' '.join(args)}")
-    return Run(proc.returncode, proc.stdout, proc.stderr, seconds)
 
-  return run
+@pytest.fixture()
+def run_train(jax_cache_dir: pathlib.Path):
+  """Returns `run(overrides, as_file=False, timeout=300) -> Run`: `train_cli` with this session's jax cache."""
+  return lambda overrides, as_file=False, timeout=300: train_cli(overrides, jax_cache_dir, as_file, timeout)

@@ -23,23 +23,16 @@ import re
 
 import pytest
 
-from tests.conftest import Run
+from tests.conftest import Run, read_losses
 
 # absl's log-line prefix, e.g. "W1121 05:10:33.552683 139984521096064 pyconfig.py:270] ...".
 _ABSL_LINE = re.compile(r"^[IWEF]\d{4} ")
 
 
-def _read_losses(metrics_file: pathlib.Path) -> list[float]:
-  """The per-step `learning/loss` values of a maxtext `metrics_file` (one JSON object per line)."""
-  rows = [json.loads(line) for line in metrics_file.read_text(encoding="utf-8").splitlines() if line.strip()]
-  assert [int(r["step"]) for r in rows] == list(range(len(rows))), rows
-  return [float(r["learning/loss"]) for r in rows]
-
-
 def _assert_trained(run: Run, metrics_file: pathlib.Path, steps: int) -> None:
   """The run exited 0 and wrote `steps` finite losses."""
   assert run.returncode == 0, run.stderr[-3000:]
-  losses = _read_losses(metrics_file)
+  losses = read_losses(metrics_file)
   assert len(losses) == steps, losses
   assert all(math.isfinite(x) for x in losses), losses
 
