@@ -16,7 +16,7 @@
 
 from __future__ import annotations
 
-import json
+import importlib.util
 import math
 import pathlib
 import re
@@ -104,14 +104,18 @@ def test_bad_config_fails_in_one_line(run_train, tmp_path: pathlib.Path, overrid
 
 
 @pytest.mark.slow
-def test_te_nvfp4_fails_clearly_until_the_policy_lands(run_train, tmp_path: pathlib.Path) -> None:
-  """quantization=te_nvfp4 reaches our hook, not upstream's TransformerEngine import.
+@pytest.mark.skipif(importlib.util.find_spec("transformer_engine") is not None, reason="needs a machine without TE")
+def test_te_nvfp4_never_reaches_upstreams_te_class(run_train, tmp_path: pathlib.Path) -> None:
+  """quantization=te_nvfp4 goes through our hook, not upstream's TransformerEngine import.
 
-  Temporary: when the NVFP4 precision policy replaces `MaxText.plugin.nvfp4_quantization`, this test becomes
-  a training test.
+  Asking for the TE backend where TE is absent is the quickest run that proves it: it must stop with our
+  message naming the remedy, not with maxtext's `ModuleNotFoundError` from `TransformerEngineQuantization`.
+  (Training with the emulated backend is covered by test_nvfp4_train.py.)
   """
-  run = run_train([f"base_output_directory={tmp_path}", "quantization=te_nvfp4", "steps=1"], timeout=120)
+  run = run_train(
+      [f"base_output_directory={tmp_path}", "quantization=te_nvfp4", "nvfp4_backend=te", "steps=1"], timeout=120
+  )
   assert run.returncode != 0
-  assert "NotImplementedError: quantization=te_nvfp4 is registered but the NVFP4 precision policy" in run.stderr
-  assert "ModuleNotFoundError" not in run.stderr
-  assert "transformer_engine" not in run.stderr
+  assert "nvfp4_backend=emulated" in run.stderr, run.stderr[-3000:]
+  assert "TransformerEngineQuantization" not in run.stderr, run.stderr[-3000:]
+  assert not re.search(r"^ModuleNotFoundError", run.stderr, re.MULTILINE), run.stderr[-3000:]
