@@ -62,3 +62,21 @@ def to_e2m1_satfinite(y: jnp.ndarray) -> jnp.ndarray:
   """
   y = jnp.clip(y, -E2M1_MAX, E2M1_MAX)
   return jnp.where(jnp.isnan(y), E2M1_MAX, y).astype(E2M1)
+
+
+def e2m1_grid_step(a: jnp.ndarray) -> jnp.ndarray:
+  """Spacing of the E2M1 grid at magnitude a: 0.5 below 2, 1 in [2, 4), 2 from 4 on (float32)."""
+  return jnp.where(a >= 4.0, np.float32(2.0), jnp.where(a >= 2.0, np.float32(1.0), np.float32(0.5)))
+
+
+def round_to_e2m1_grid(y: jnp.ndarray) -> jnp.ndarray:
+  """`to_e2m1_satfinite(y)` as float32 values, computed arithmetically (no float4 conversion).
+
+  Round-half-even of y / step in units of the grid step of y's binade (0.5 below 2, 1 in [2, 4), 2 from 4)
+  lands on the even E2M1 code at every tie, because within each binade even multiples of the step are the
+  even codes. Carries into the next binade land on its first point (2 or 4), which both grids share.
+  """
+  a = jnp.minimum(jnp.abs(y), E2M1_MAX)
+  step = e2m1_grid_step(a)
+  q = jnp.round(a / step) * step  # jnp.round: half to even
+  return jnp.where(jnp.isnan(y), E2M1_MAX, jnp.copysign(q, y))

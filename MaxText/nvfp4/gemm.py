@@ -23,7 +23,7 @@ import numpy as np
 from jax.ad_checkpoint import checkpoint_name
 
 from MaxText.nvfp4.formats import BLOCK_SIZE, TENSOR_SCALE_RANGE
-from MaxText.nvfp4.quantize import Nvfp4Tensor, Scaling, quantize
+from MaxText.nvfp4.quantize import Scaling, quantize_block_scaled
 
 #: checkpoint_name of every quantized tensor the backward pass keeps (maxtext's remat policies save it).
 QUANTIZATION_NAME = "quantization"
@@ -40,52 +40,47 @@ class GemmRecipe:
   weight_2d: bool = True  # 16x16 weight tiles shared by fprop and dgrad; False: 1D blocks per GEMM.
 
 
-def _block_scaled(t: Nvfp4Tensor) -> jax.Array:
-  """e2m1 * f32(e4m3 scale) per 16-block along the last axis: exactly representable in f32."""
-  blocks = t.data.astype(jnp.float32).reshape(*t.shape[:-1], t.shape[-1] // BLOCK_SIZE, BLOCK_SIZE)
-  return (blocks * t.scale.astype(jnp.float32)[..., None]).reshape(t.shape)
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class BlockScaled:
+  """A GEMM operand after quantization: e2m1 * e4m3 block scale (exact in f32), blocked along the last axis.
+
+  The tensor scale is kept apart as amax, as TE's GEMM applies it once, in alpha.
+  """
+
+  values: jax.Array  # float32 (rows, C): the contracting axis C last
+  amax: jax.Array  # float32 scalar
 
 
-def _alpha(a: Nvfp4Tensor, b: Nvfp4Tensor) -> jax.Array:
-  return (a.amax / TENSOR_SCALE_RANGE) * (b.amax / TENSOR_SCALE_RANGE)
+def _quantized(x: jax.Array, scaling: Scaling, rht: bool = False, key: jax.Array | None = None) -> BlockScaled:
+  values, amax = quantize_block_scaled(x, scaling, rht=rht, stochastic_rounding=key is not None, key=key)
+  return BlockScaled(values, amax)
 
 
-def _nt_product(a: Nvfp4Tensor, b: Nvfp4Tensor) -> jax.Array:
-  """a (P x C) times b (Q x C)^T, both blocked along their last (contracting) axis C; f32 result."""
-  dot = jax.lax.dot_general(
-      _block_scaled(a), _block_scaled(b), (((1,), (1,)), ((), ())),
-      precision=jax.lax.Precision.HIGHEST, preferred_element_type=jnp.float32,
-  )
-  return dot * _alpha(a, b)
+def _nt_product(a: BlockScaled, b: BlockScaled) -> jax.Array:
+  """a (P x C) times b (Q x C)^T, both blocked along C: f32 dot times alpha = amax_a/2688 * amax_b/2688."""
+  dot = jax.lax.dot_general(a.values, b.values, (((1,), (1,)), ((), ())),
+                            precision=jax.lax.Precision.HIGHEST, preferred_element_type=jnp.float32)
+  return dot * ((a.amax / TENSOR_SCALE_RANGE) * (b.amax / TENSOR_SCALE_RANGE))
 
 
-def _weight_scaling(recipe: GemmRecipe) -> Scaling:
-  return Scaling.TWO_D if recipe.weight_2d else Scaling.ONE_D
-
-
-def _transpose(t: Nvfp4Tensor) -> Nvfp4Tensor:
-  """The column-wise copy of a 2D-scaled 2-D tensor: transposed data, the same tiles' scales."""
-  tile_scales = t.scale[::BLOCK_SIZE]  # (rows/16, cols/16): one scale per tile
-  scale = jnp.repeat(tile_scales.T, BLOCK_SIZE, axis=0)  # (cols, rows/16)
-  return Nvfp4Tensor(data=t.data.T, scale=scale, amax=t.amax, scaling=t.scaling, rht=t.rht)
-
-
-_Residuals = tuple[Nvfp4Tensor, Nvfp4Tensor, jax.Array | None]
+_Residuals = tuple[BlockScaled, BlockScaled, jax.Array | None]
 
 
 def _matmul_fwd(
     x: jax.Array, w: jax.Array, key: jax.Array | None, recipe: GemmRecipe, w_dtype: jnp.dtype
 ) -> tuple[jax.Array, _Residuals]:
   """fprop, and the quantized operands the backward pass needs (x^T along M with RHT; W along N)."""
-  xq = quantize(x, Scaling.ONE_D)  # (M, K) along K
-  wq_fprop = quantize(w.T, _weight_scaling(recipe))  # (N, K) along K
-  y = _nt_product(xq, wq_fprop).astype(x.dtype)
-  xq_wgrad = quantize(x.T, Scaling.ONE_D, rht=recipe.rht)  # (K, M) along M
-  if recipe.weight_2d:
-    wq_dgrad = _transpose(wq_fprop)  # (K, N): the same tiles, so dgrad sees the forward's weight
-  else:
-    wq_dgrad = quantize(w, Scaling.ONE_D)  # (K, N) along N
   del w_dtype  # static; the backward pass casts dW to it
+  xq = _quantized(x, Scaling.ONE_D)  # (M, K) along K
+  if recipe.weight_2d:
+    wq_dgrad = _quantized(w, Scaling.TWO_D)  # (K, N): tiles shared by both orientations
+    wq_fprop = BlockScaled(wq_dgrad.values.T, wq_dgrad.amax)  # (N, K): the forward sees the same weight
+  else:
+    wq_fprop = _quantized(w.T, Scaling.ONE_D)  # (N, K) along K
+    wq_dgrad = _quantized(w, Scaling.ONE_D)  # (K, N) along N
+  y = _nt_product(xq, wq_fprop).astype(x.dtype)
+  xq_wgrad = _quantized(x.T, Scaling.ONE_D, rht=recipe.rht)  # (K, M) along M
   return y, (checkpoint_name(xq_wgrad, QUANTIZATION_NAME), checkpoint_name(wq_dgrad, QUANTIZATION_NAME), key)
 
 
@@ -97,12 +92,10 @@ def _matmul_bwd(
   dY has y's dtype, which is x's, so dx takes dy.dtype; dW takes the kernel's dtype (f32 master weights).
   """
   xq_wgrad, wq_dgrad, key = residuals
-  sr = recipe.stochastic_rounding
-  key_dgrad, key_wgrad = jax.random.split(key) if sr else (None, None)
-  x_dtype = dy.dtype
-  dyq = quantize(dy, Scaling.ONE_D, stochastic_rounding=sr, key=key_dgrad)  # (M, N) along N
-  dx = _nt_product(dyq, wq_dgrad).astype(x_dtype)  # (M, N) . (K, N)^T
-  dyq_t = quantize(dy.T, Scaling.ONE_D, rht=recipe.rht, stochastic_rounding=sr, key=key_wgrad)
+  key_dgrad, key_wgrad = jax.random.split(key) if recipe.stochastic_rounding else (None, None)
+  dyq = _quantized(dy, Scaling.ONE_D, key=key_dgrad)  # (M, N) along N
+  dx = _nt_product(dyq, wq_dgrad).astype(dy.dtype)  # (M, N) . (K, N)^T
+  dyq_t = _quantized(dy.T, Scaling.ONE_D, rht=recipe.rht, key=key_wgrad)  # (N, M) along M
   dw = _nt_product(xq_wgrad, dyq_t).astype(w_dtype)  # (K, M) . (N, M)^T
   return dx, dw, None
 

@@ -36,6 +36,7 @@ from MaxText.nvfp4.formats import (
     ONE_SIXTH,
     TENSOR_SCALE_RANGE,
     fmin_flt_max,
+    round_to_e2m1_grid,
     to_e2m1_satfinite,
     to_e4m3_satfinite,
 )
@@ -199,25 +200,53 @@ def quantize(
   x = jnp.asarray(x)
   scaling = Scaling(scaling)
   _check_input(x, scaling, stochastic_rounding, key)
-  if rht:
-    x = hadamard.rht(x)  # bf16, as TE's RHT kernel writes it; the amax is the post-RHT amax.
-  amax = global_amax(x)
-  s_enc, s_dec = tensor_scales(amax)
-
-  blocks = _blocked(x, scaling)
-  bamax = block_amax(blocks, _block_axes(scaling))  # a NaN block -> FLT_MAX -> scale 448
-  s8 = to_e4m3_satfinite(fmin_flt_max(bamax * (s_enc * ONE_SIXTH)))
-  enc = fmin_flt_max(np.float32(1.0) / (s8.astype(jnp.float32) * s_dec))  # s8 == 0 -> FLT_MAX
-  y = _scale_elements(blocks, enc)
+  y, s8, amax = _encode(x, scaling, rht)
   if stochastic_rounding:
     q = rounding.stochastic_round_e2m1(y, rounding.random_bits(key, y.shape))
   else:
     q = to_e2m1_satfinite(y)
-
   # 2D: every row of a tile's 16 rows repeats the tile's scale, so scales are stored 1D-style.
   scale = s8 if scaling is Scaling.ONE_D else jnp.broadcast_to(s8, s8.shape[:-3] + (BLOCK_SIZE,) + s8.shape[-2:])
   scale = scale.reshape(*x.shape[:-1], x.shape[-1] // BLOCK_SIZE)
   return Nvfp4Tensor(data=q.reshape(x.shape), scale=scale, amax=amax, scaling=scaling, rht=rht)
+
+
+def _encode(x: jax.Array, scaling: Scaling, rht: bool) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """Everything of quantize before the element rounding: (y on the E2M1 scale, blocked; e4m3 scales; amax)."""
+  if rht:
+    x = hadamard.rht(x)  # bf16, as TE's RHT kernel writes it; the amax is the post-RHT amax.
+  amax = global_amax(x)
+  s_enc, s_dec = tensor_scales(amax)
+  blocks = _blocked(x, scaling)
+  bamax = block_amax(blocks, _block_axes(scaling))  # a NaN block -> FLT_MAX -> scale 448
+  s8 = to_e4m3_satfinite(fmin_flt_max(bamax * (s_enc * ONE_SIXTH)))
+  enc = fmin_flt_max(np.float32(1.0) / (s8.astype(jnp.float32) * s_dec))  # s8 == 0 -> FLT_MAX
+  return _scale_elements(blocks, enc), s8, amax
+
+
+def quantize_block_scaled(
+    x: jax.Array,
+    scaling: Scaling | str = "1d",
+    rht: bool = False,
+    stochastic_rounding: bool = False,
+    key: jax.Array | None = None,
+) -> tuple[jax.Array, jax.Array]:
+  """What a GEMM consumes of quantize(x, ...): (e2m1 * f32(e4m3 scale) as float32 in x's shape, amax).
+
+  The same numbers as `quantize` (the E2M1 values are rounded on the f32 grid, which `quantize`'s cast
+  reproduces exactly), without materializing float4 data: XLA:CPU converts to float4_e2m1fn in software,
+  about 10x slower than the arithmetic. Every product of an E2M1 value and an E4M3 scale is exact in f32.
+  With 2D scaling the result's transpose is the block-scaled transpose (the tiles are shared).
+  """
+  x = jnp.asarray(x)
+  scaling = Scaling(scaling)
+  _check_input(x, scaling, stochastic_rounding, key)
+  y, s8, amax = _encode(x, scaling, rht)
+  if stochastic_rounding:
+    q = rounding.stochastic_round_to_grid(y, rounding.random_bits(key, y.shape))
+  else:
+    q = round_to_e2m1_grid(y)
+  return (q * s8.astype(jnp.float32)).reshape(x.shape), amax
 
 
 def dequantize(t: Nvfp4Tensor, dtype: jnp.dtype = jnp.float32) -> jax.Array:

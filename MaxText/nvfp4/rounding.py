@@ -11,16 +11,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from MaxText.nvfp4.formats import E2M1_MAX, to_e2m1_satfinite
+from MaxText.nvfp4.formats import E2M1, E2M1_MAX, e2m1_grid_step
 
 #: Random bits per element: TE consumes 8 (a uniform in {0, 1/256, ..., 255/256}).
 RANDOM_BITS = 8
 _BIT_SCALE = np.float32(1.0 / (1 << RANDOM_BITS))
-
-
-def _grid_step(a: jax.Array) -> jax.Array:
-  """Spacing of the E2M1 grid at magnitude a: 0.5 below 2, 1 in [2, 4), 2 from 4 on."""
-  return jnp.where(a >= 4.0, np.float32(2.0), jnp.where(a >= 2.0, np.float32(1.0), np.float32(0.5)))
 
 
 def _mix32(h: jax.Array) -> jax.Array:
@@ -52,6 +47,11 @@ def random_bits(key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
 
 
 def stochastic_round_e2m1(y: jax.Array, bits: jax.Array) -> jax.Array:
+  """`stochastic_round_to_grid` stored as float4_e2m1fn (the values are exact in E2M1)."""
+  return stochastic_round_to_grid(y, bits).astype(E2M1)
+
+
+def stochastic_round_to_grid(y: jax.Array, bits: jax.Array) -> jax.Array:
   """Rounds float32 `y` (already multiplied by its block's encode scale) to E2M1 stochastically.
 
   Rule, per element, with r the element's 8 random bits:
@@ -64,12 +64,12 @@ def stochastic_round_e2m1(y: jax.Array, bits: jax.Array) -> jax.Array:
     bits: uint8 array of y's shape.
 
   Returns:
-    float4_e2m1fn array of y's shape. NaN becomes +6, as in the nearest-even path.
+    float32 array of y's shape holding E2M1 values. NaN becomes +6, as in the nearest-even path.
   """
   a = jnp.abs(y)
-  step = _grid_step(a)
+  step = e2m1_grid_step(a)
   t = a + bits.astype(jnp.float32) * _BIT_SCALE * step
   # TE rounds down on the grid at t (step(t)); a carry into the next binade only reaches its first point
   # (2 or 4), which floor(t / step(a)) * step(a) also gives, so one step serves both. /step is exact.
   q = jnp.minimum(jnp.floor(t / step) * step, E2M1_MAX)
-  return to_e2m1_satfinite(jnp.copysign(q, y))
+  return jnp.where(jnp.isnan(y), E2M1_MAX, jnp.copysign(q, y))

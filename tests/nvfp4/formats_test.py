@@ -41,3 +41,15 @@ def test_e4m3_rne_saturating_table(value, want):
 def test_fmin_flt_max():
   got = np.asarray(formats.fmin_flt_max(jnp.array([1.0, np.inf, np.nan], jnp.float32)))
   np.testing.assert_array_equal(got, [1.0, formats.FLT_MAX, formats.FLT_MAX])
+
+
+def test_grid_rounding_equals_the_float4_cast():
+  """round_to_e2m1_grid (arithmetic, used inside the GEMM) == to_e2m1_satfinite (the cast), bit for bit."""
+  rng = np.random.default_rng(0)
+  y = np.concatenate([
+      rng.uniform(-7, 7, 100_000), rng.standard_normal(10_000) * 1e-3, np.arange(-14, 15) / 4,  # all ties
+      [0.0, -0.0, np.inf, -np.inf, np.nan, 1e30, -1e-40],
+  ]).astype(np.float32)
+  cast = np.asarray(jax.jit(formats.to_e2m1_satfinite)(y).astype(jnp.float32))
+  grid = np.asarray(jax.jit(formats.round_to_e2m1_grid)(y))
+  np.testing.assert_array_equal(grid.view(np.uint32), cast.view(np.uint32))

@@ -263,3 +263,18 @@ def test_errors():
     quantize(jnp.ones((4, 32)), stochastic_rounding=True)
   with pytest.raises(ValueError, match="'3d' is not a valid Scaling"):
     quantize(jnp.ones((4, 32)), "3d")
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(scaling="2d"), dict(rht=True),
+                                dict(stochastic_rounding=True, key=jax.random.key(3))])
+def test_block_scaled_equals_quantize(kw):
+  """The GEMM's operand form is e2m1 * f32(scale) of exactly what quantize returns."""
+  from MaxText.nvfp4.quantize import quantize_block_scaled  # pylint: disable=import-outside-toplevel
+
+  x = jax.random.normal(jax.random.key(0), (32, 64), jnp.bfloat16) * 3
+  t = quantize(x, **kw)
+  values, amax = quantize_block_scaled(x, **kw)
+  want = (np.asarray(t.data).astype(np.float32).reshape(32, 4, 16)
+          * np.asarray(t.scale).astype(np.float32)[..., None]).reshape(32, 64)
+  np.testing.assert_array_equal(np.asarray(values), want)
+  assert float(amax) == float(t.amax)
