@@ -114,6 +114,21 @@ class NVFP4Config(types.MaxTextConfig):
       ),
   )
 
+  @pydantic.model_validator(mode="after")
+  def _nvfp4_mode_can_run(self) -> "NVFP4Config":
+    """Refuses, at config load (before any model is built or compiled), NVFP4 settings that cannot take effect."""
+    mode = str(getattr(self.quantization, "value", self.quantization) or "")
+    if mode not in NVFP4_MODES:
+      return self
+    if self.use_qwix_quantization:
+      raise ValueError(f"quantization={mode} with use_qwix_quantization=true: maxtext would silently train "
+                       "unquantized (its qwix path has no NVFP4 rule). Set use_qwix_quantization=false.")
+    if self.nvfp4_backend == NVFP4Backend.TE:
+      from MaxText.backend import resolve_backend  # pylint: disable=import-outside-toplevel
+
+      resolve_backend("te")  # raises ValueError naming the reason and nvfp4_backend=emulated
+    return self
+
 
 class ConfigError(ValueError):
   """A config that failed to load; `str()` is one line naming the key, the value and what is accepted.

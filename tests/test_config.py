@@ -101,11 +101,11 @@ def test_keys_from_cli() -> None:
 def test_keys_from_yaml(tmp_path: pathlib.Path) -> None:
   yml = tmp_path / "mine.yml"
   yml.write_text(
-      f'base_config: "{TINY_YML}"\nnvfp4_backend: "te"\nnvfp4_stochastic_rounding: false\nquantization: "te_nvfp4"\n',
+      f'base_config: "{TINY_YML}"\nnvfp4_backend: "emulated"\nnvfp4_stochastic_rounding: false\nquantization: "te_nvfp4"\n',
       encoding="utf-8",
   )
   config = _load(yml)
-  assert config.nvfp4_backend == "te"
+  assert config.nvfp4_backend == "emulated"
   assert config.nvfp4_stochastic_rounding is False
   assert config.quantization == "te_nvfp4"
   assert config.base_emb_dim == 64  # Inherited from tiny.yml through the chain.
@@ -183,7 +183,11 @@ def test_non_config_errors_keep_their_type(monkeypatch: pytest.MonkeyPatch) -> N
 @pytest.mark.parametrize(
     "yml", sorted(CONFIGS_DIR.rglob("*.yml")), ids=lambda p: str(p.relative_to(CONFIGS_DIR))
 )
-def test_every_config_file_parses(yml: pathlib.Path) -> None:
+def test_every_config_file_parses(yml: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+  from MaxText import backend  # pylint: disable=import-outside-toplevel
+
+  # The Blackwell recipes ask for nvfp4_backend=te, which is checked at load: answer as a GB200 node would.
+  monkeypatch.setattr(backend, "probe_environment", lambda: backend.Environment(None, (10.0,) * 4))
   config = _load(yml)
   assert config.nvfp4_backend in set(plugin_config.NVFP4Backend)
 
@@ -241,3 +245,18 @@ def test_package_import_is_light() -> None:
   code = "import sys, MaxText; print(sorted(m for m in ('jax', 'maxtext', 'flax') if m in sys.modules))"
   out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, check=True)
   assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_nvfp4_backend_te_without_te_fails_at_config_load() -> None:
+  """Before any model is built: one line naming the reason and the emulated alternative."""
+  message = _error("quantization=te_nvfp4", "nvfp4_backend=te")
+  assert "nvfp4_backend=te cannot run here" in message and "nvfp4_backend=emulated" in message
+  assert "\n" not in message
+
+
+def test_nvfp4_with_qwix_quantization_is_refused() -> None:
+  assert "use_qwix_quantization=false" in _error("quantization=te_nvfp4_no_rht", "use_qwix_quantization=true")
+
+
+def test_nvfp4_backend_te_is_only_checked_for_nvfp4_modes() -> None:
+  assert _load(TINY_YML, "quantization=fp8", "nvfp4_backend=te").nvfp4_backend == "te"

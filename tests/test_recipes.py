@@ -25,7 +25,10 @@ PAIRS = {"llama3_8b": "llama3-8b", "llama3.1_405b": "llama3.1-405b"}
 _LOADER = textwrap.dedent(
     """
     import json, sys
+    from MaxText import backend
     from MaxText.plugin import register
+    # Validate as on a GB200 node: TE imports and every GPU is Blackwell (nvfp4_backend=te is checked at load).
+    backend.probe_environment = lambda: backend.Environment(te_error=None, gpu_capabilities=(10.0,) * 4)
     register()
     from maxtext.configs import pyconfig
     keys = sys.argv[1].split(",")
