@@ -1,5 +1,5 @@
 # Copyright 2026 The NVFP4-for-MaxText Authors. Licensed under the Apache License, Version 2.0.
-"""NVFP4 format facts and the two saturating casts every quantizer path shares.
+"""NVFP4 format facts and the two saturating roundings every quantizer path shares.
 
 Every number here is a fact of the format or of TransformerEngine's kernels (NVFP4_SPEC.md §1-2); no other
 module of the package writes one of them as a literal.
@@ -54,23 +54,17 @@ def to_e4m3_satfinite(v: jnp.ndarray) -> jnp.ndarray:
   return jnp.minimum(v, E4M3_MAX).astype(E4M3)
 
 
-def to_e2m1_satfinite(y: jnp.ndarray) -> jnp.ndarray:
-  """float32 -> float4_e2m1fn, round-to-nearest-even (ties to even codes), saturating at +-6.
-
-  NaN becomes +6, as cvt.rn.satfinite.e2m1x2 does (the plain conversion would give -0). Signed zero is
-  kept: a small negative value becomes -0, as in the kernels.
-  """
-  y = jnp.clip(y, -E2M1_MAX, E2M1_MAX)
-  return jnp.where(jnp.isnan(y), E2M1_MAX, y).astype(E2M1)
-
-
 def e2m1_grid_step(a: jnp.ndarray) -> jnp.ndarray:
   """Spacing of the E2M1 grid at magnitude a: 0.5 below 2, 1 in [2, 4), 2 from 4 on (float32)."""
   return jnp.where(a >= 4.0, np.float32(2.0), jnp.where(a >= 2.0, np.float32(1.0), np.float32(0.5)))
 
 
 def round_to_e2m1_grid(y: jnp.ndarray) -> jnp.ndarray:
-  """`to_e2m1_satfinite(y)` as float32 values, computed arithmetically (no float4 conversion).
+  """float32 -> the nearest E2M1 value (ties to the even code), saturating at +-6, as float32 values.
+
+  This is the kernels' cvt.rn.satfinite.e2m1x2 computed arithmetically: NaN becomes +6 (a plain cast would
+  give -0), signed zero is kept (a small negative value becomes -0). Casting the result to float4_e2m1fn is
+  exact.
 
   Round-half-even of y / step in units of the grid step of y's binade (0.5 below 2, 1 in [2, 4), 2 from 4)
   lands on the even E2M1 code at every tie, because within each binade even multiples of the step are the

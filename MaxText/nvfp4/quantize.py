@@ -36,8 +36,8 @@ from MaxText.nvfp4.formats import (
     ONE_SIXTH,
     TENSOR_SCALE_RANGE,
     fmin_flt_max,
+    E2M1,
     round_to_e2m1_grid,
-    to_e2m1_satfinite,
     to_e4m3_satfinite,
 )
 
@@ -199,16 +199,27 @@ def quantize(
   """
   x = jnp.asarray(x)
   scaling = Scaling(scaling)
-  _check_input(x, scaling, stochastic_rounding, key)
-  y, s8, amax = _encode(x, scaling, rht)
-  if stochastic_rounding:
-    q = rounding.stochastic_round_e2m1(y, rounding.random_bits(key, y.shape))
-  else:
-    q = to_e2m1_satfinite(y)
+  q, s8, amax = _quantize_to_grid(x, scaling, rht, stochastic_rounding, key)
   # 2D: every row of a tile's 16 rows repeats the tile's scale, so scales are stored 1D-style.
   scale = s8 if scaling is Scaling.ONE_D else jnp.broadcast_to(s8, s8.shape[:-3] + (BLOCK_SIZE,) + s8.shape[-2:])
   scale = scale.reshape(*x.shape[:-1], x.shape[-1] // BLOCK_SIZE)
-  return Nvfp4Tensor(data=q.reshape(x.shape), scale=scale, amax=amax, scaling=scaling, rht=rht)
+  data = q.reshape(x.shape).astype(E2M1)  # exact: q holds E2M1 values
+  return Nvfp4Tensor(data=data, scale=scale, amax=amax, scaling=scaling, rht=rht)
+
+
+def _quantize_to_grid(
+    x: jax.Array, scaling: Scaling, rht: bool, stochastic_rounding: bool, key: jax.Array | None
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """Checks the input, then (E2M1 values as float32, blocked; e4m3 scales, blocked; amax).
+
+  The rounding is arithmetic on the f32 grid (formats.round_to_e2m1_grid), equal to the float4 cast: XLA:CPU
+  converts to float4_e2m1fn in software, about 10x slower, so only `quantize`'s stored data pays for it.
+  """
+  _check_input(x, scaling, stochastic_rounding, key)
+  y, s8, amax = _encode(x, scaling, rht)
+  if stochastic_rounding:
+    return rounding.stochastic_round_to_grid(y, rounding.random_bits(key, y.shape)), s8, amax
+  return round_to_e2m1_grid(y), s8, amax
 
 
 def _encode(x: jax.Array, scaling: Scaling, rht: bool) -> tuple[jax.Array, jax.Array, jax.Array]:
@@ -233,19 +244,12 @@ def quantize_block_scaled(
 ) -> tuple[jax.Array, jax.Array]:
   """What a GEMM consumes of quantize(x, ...): (e2m1 * f32(e4m3 scale) as float32 in x's shape, amax).
 
-  The same numbers as `quantize` (the E2M1 values are rounded on the f32 grid, which `quantize`'s cast
-  reproduces exactly), without materializing float4 data: XLA:CPU converts to float4_e2m1fn in software,
-  about 10x slower than the arithmetic. Every product of an E2M1 value and an E4M3 scale is exact in f32.
-  With 2D scaling the result's transpose is the block-scaled transpose (the tiles are shared).
+  The same numbers as `quantize`, without materializing float4 data. Every product of an E2M1 value and an
+  E4M3 scale is exact in f32. With 2D scaling the result's transpose is the block-scaled transpose (the tiles
+  are shared).
   """
   x = jnp.asarray(x)
-  scaling = Scaling(scaling)
-  _check_input(x, scaling, stochastic_rounding, key)
-  y, s8, amax = _encode(x, scaling, rht)
-  if stochastic_rounding:
-    q = rounding.stochastic_round_to_grid(y, rounding.random_bits(key, y.shape))
-  else:
-    q = round_to_e2m1_grid(y)
+  q, s8, amax = _quantize_to_grid(x, Scaling(scaling), rht, stochastic_rounding, key)
   return (q * s8.astype(jnp.float32)).reshape(x.shape), amax
 
 

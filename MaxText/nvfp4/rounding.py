@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from MaxText.nvfp4.formats import E2M1, E2M1_MAX, e2m1_grid_step
+from MaxText.nvfp4.formats import E2M1_MAX, e2m1_grid_step
 
 #: Random bits per element: TE consumes 8 (a uniform in {0, 1/256, ..., 255/256}).
 RANDOM_BITS = 8
@@ -44,11 +44,6 @@ def random_bits(key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
     index = index + jax.lax.broadcasted_iota(jnp.uint32, shape, axis) * np.uint32(stride % (1 << 32))
     stride *= shape[axis]
   return (_mix32(_mix32(index ^ seed[0]) + seed[1]) >> 24).astype(jnp.uint8)
-
-
-def stochastic_round_e2m1(y: jax.Array, bits: jax.Array) -> jax.Array:
-  """`stochastic_round_to_grid` stored as float4_e2m1fn (the values are exact in E2M1)."""
-  return stochastic_round_to_grid(y, bits).astype(E2M1)
 
 
 def stochastic_round_to_grid(y: jax.Array, bits: jax.Array) -> jax.Array:

@@ -22,7 +22,7 @@ def test_constants():
     (5.01, 6.0), (6.0, 6.0), (6.5, 6.0), (1e30, 6.0), (np.inf, 6.0), (np.nan, 6.0),
 ])
 def test_e2m1_rne_table(value, want):
-  got = jax.jit(formats.to_e2m1_satfinite)(jnp.array([value, -value], jnp.float32)).astype(jnp.float32)
+  got = jax.jit(formats.round_to_e2m1_grid)(jnp.array([value, -value], jnp.float32)).astype(formats.E2M1).astype(jnp.float32)
   assert float(got[0]) == want
   if not np.isnan(value):
     assert float(got[1]) == -want and np.signbit(np.asarray(got)[1])  # symmetric; -0 keeps its sign
@@ -44,12 +44,12 @@ def test_fmin_flt_max():
 
 
 def test_grid_rounding_equals_the_float4_cast():
-  """round_to_e2m1_grid (arithmetic, used inside the GEMM) == to_e2m1_satfinite (the cast), bit for bit."""
+  """round_to_e2m1_grid (arithmetic) == XLA's own round-to-nearest-even float4 cast of the clamped value."""
   rng = np.random.default_rng(0)
   y = np.concatenate([
       rng.uniform(-7, 7, 100_000), rng.standard_normal(10_000) * 1e-3, np.arange(-14, 15) / 4,  # all ties
-      [0.0, -0.0, np.inf, -np.inf, np.nan, 1e30, -1e-40],
+      [0.0, -0.0, np.inf, -np.inf, 1e30, -1e-40],
   ]).astype(np.float32)
-  cast = np.asarray(jax.jit(formats.to_e2m1_satfinite)(y).astype(jnp.float32))
+  cast = np.asarray(jax.jit(lambda y: jnp.clip(y, -6, 6).astype(formats.E2M1).astype(jnp.float32))(y))
   grid = np.asarray(jax.jit(formats.round_to_e2m1_grid)(y))
   np.testing.assert_array_equal(grid.view(np.uint32), cast.view(np.uint32))

@@ -12,7 +12,7 @@ from MaxText.nvfp4.formats import E2M1_MAGNITUDES
 
 
 def _sr(y: np.ndarray, key: jax.Array) -> np.ndarray:
-  return np.asarray(rounding.stochastic_round_e2m1(jnp.asarray(y), rounding.random_bits(key, y.shape))).astype(np.float32)
+  return np.asarray(rounding.stochastic_round_to_grid(jnp.asarray(y), rounding.random_bits(key, y.shape)))
 
 
 def test_deterministic_per_key_and_keys_differ():
