@@ -74,10 +74,17 @@ def read_losses(metrics_file: pathlib.Path) -> list[float]:
   return [float(r["learning/loss"]) for r in rows]
 
 
-def train_cli(overrides: list[str], jax_cache_dir: pathlib.Path, as_file: bool = False, timeout: float = 300) -> Run:
+def train_cli(
+    overrides: list[str],
+    jax_cache_dir: pathlib.Path,
+    as_file: bool = False,
+    timeout: float = 300,
+    env: dict[str, str] | None = None,
+) -> Run:
   """Runs the training CLI on configs/tiny.yml, on CPU, in a subprocess.
 
-  `as_file` runs `python MaxText/train.py` (the historic form) instead of `python -m MaxText.train`.
+  `as_file` runs `python MaxText/train.py` (the historic form) instead of `python -m MaxText.train`; `env`
+  adds environment variables (e.g. XLA_FLAGS for simulated devices).
   """
   entry = ["MaxText/train.py"] if as_file else ["-m", "MaxText.train"]
   args = [*entry, str(TINY_YML.relative_to(REPO_ROOT)), f"jax_cache_dir={jax_cache_dir}", *overrides]
@@ -85,7 +92,7 @@ def train_cli(overrides: list[str], jax_cache_dir: pathlib.Path, as_file: bool =
   proc = subprocess.run(
       [sys.executable, *args],
       cwd=REPO_ROOT,
-      env=dict(os.environ, JAX_PLATFORMS="cpu"),
+      env=dict(os.environ, JAX_PLATFORMS="cpu", **(env or {})),
       capture_output=True,
       text=True,
       timeout=timeout,

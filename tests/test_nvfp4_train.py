@@ -107,3 +107,16 @@ def test_reproducible_and_resume_is_bit_identical(runs, tmp_path, jax_cache_dir)
   # Checkpoint N holds the state after step N, so the resumed run starts at step N + 1.
   assert min(resumed_losses) == RESUME_FROM + 1, sorted(resumed_losses)
   assert [resumed_losses[s] for s in range(RESUME_FROM + 1, STEPS)] == full[RESUME_FROM + 1:]
+
+
+def test_fsdp_sharded_over_four_devices_tracks_the_single_device_run(runs, tmp_path, jax_cache_dir):
+  """Weights and activations sharded (FSDP over 4 simulated CPU devices): global amaxes, same losses."""
+  result = train_cli(["quantization=te_nvfp4", "nvfp4_backend=emulated", f"steps={STEPS}", "ici_fsdp_parallelism=4",
+                      "per_device_batch_size=1", f"base_output_directory={tmp_path}", "run_name=fsdp",
+                      f"metrics_file={tmp_path / 'fsdp.jsonl'}"], jax_cache_dir,
+                     env={"XLA_FLAGS": "--xla_force_host_platform_device_count=4"})
+  assert result.returncode == 0, result.stderr[-4000:]
+  sharded = read_losses(tmp_path / "fsdp.jsonl")
+  single = read_losses(runs["nvfp4"] / "metrics.jsonl")  # the same global batch (4 x 1 = 4 sequences)
+  assert abs(sharded[0] - single[0]) < 1e-3  # same weights, same data
+  assert max(abs(a - b) for a, b in zip(sharded, single)) < 0.1, (sharded, single)
