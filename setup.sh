@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Creates .venv/ in this repository and installs the pinned set: requirements.txt (CPU, always) and,
+# Creates .venv/ in this repository and installs the pinned set: requirements.txt (CPU, always),
+# requirements-tfds.txt (TensorFlow for the TFDS test, always, into .venv/tfds-site: see that file) and,
 # with --gpu, requirements-gpu.txt (CUDA jax, TransformerEngine, tensorflow-datasets).
 #
 # Usage: ./setup.sh [--gpu]
@@ -52,7 +53,7 @@ find_python() {
   return 1
 }
 
-reqs=("$here/requirements.txt")
+reqs=("$here/requirements.txt" "$here/requirements-tfds.txt")
 (( gpu )) && reqs+=("$here/requirements-gpu.txt")
 stamp_value="$(cat "${reqs[@]}" | sha256sum | cut -d' ' -f1) gpu=$gpu"
 stamp="$venv/.setup-stamp"
@@ -78,6 +79,10 @@ fi
 pip=("$venv/bin/python" -m pip --disable-pip-version-check)
 echo "setup.sh: installing requirements.txt (CPU set, --no-deps lock)"
 "${pip[@]}" install -q --no-deps -r "$here/requirements.txt"
+# A folder of its own, emptied first: pip --target does not replace what an older set left there.
+echo "setup.sh: installing requirements-tfds.txt into .venv/tfds-site (TensorFlow for the TFDS test only)"
+rm -rf "$venv/tfds-site"
+"${pip[@]}" install -q --no-deps --target "$venv/tfds-site" -r "$here/requirements-tfds.txt"
 if (( gpu )); then
   echo "setup.sh: installing requirements-gpu.txt (CUDA jax, TransformerEngine, tensorflow-datasets)"
   "${pip[@]}" install -q -r "$here/requirements-gpu.txt"

@@ -41,7 +41,7 @@ def sandbox(tmp_path: pathlib.Path) -> dict[str, pathlib.Path]:
   """A copy of setup.sh and its requirement files, a PATH of basic tools plus fake interpreters, an empty pyenv."""
   repo = tmp_path / "repo"
   repo.mkdir()
-  for name in ("setup.sh", "requirements.txt", "requirements-gpu.txt"):
+  for name in ("setup.sh", "requirements.txt", "requirements-tfds.txt", "requirements-gpu.txt"):
     shutil.copy2(REPO_ROOT / name, repo / name)
   bin_dir = tmp_path / "bin"
   bin_dir.mkdir()
