@@ -2,7 +2,7 @@
 
 PY := .venv/bin/python
 QUICKSTART_DIR := results/quickstart
-QUICKSTART_STEPS := 20
+QUICKSTART_ARGS :=
 
 .DEFAULT_GOAL := help
 .PHONY: help setup test quickstart
@@ -16,8 +16,5 @@ setup: ## Create/refresh .venv with ./setup.sh (seconds when nothing changed).
 test: setup ## Run the test suite (CPU).
 	$(PY) -m pytest -q tests
 
-quickstart: setup ## Train the tiny Llama on CPU for a few steps; metrics in results/quickstart/.
-	mkdir -p $(QUICKSTART_DIR)
-	$(PY) -m MaxText.train configs/tiny.yml run_name=tiny_bf16 base_output_directory=$(QUICKSTART_DIR) \
-	  steps=$(QUICKSTART_STEPS) metrics_file=$(QUICKSTART_DIR)/tiny_bf16.jsonl
-	@echo "quickstart: per-step metrics in $(QUICKSTART_DIR)/tiny_bf16.jsonl"
+quickstart: setup ## bf16/fp8/te_nvfp4/te_nvfp4_no_rht on the local corpus (~6 min, CPU), compared in results/quickstart/.
+	$(PY) scripts/quickstart.py --out $(QUICKSTART_DIR) $(QUICKSTART_ARGS)

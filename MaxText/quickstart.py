@@ -1,0 +1,327 @@
+# Copyright 2026 The MaxText NVFP4 plugin authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#    https://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""`make quickstart`: one tiny Llama trained in four precisions on the local corpus, then compared with bf16.
+
+What runs: the stdlib corpus is built (unless an intact one is there); `python -m MaxText.train
+configs/quickstart.yml` trains the bf16 baseline, fp8, te_nvfp4 and te_nvfp4_no_rht one after the other with the
+same seeds, each in its own process; `python -m MaxText.compare` writes report.md/report.json/loss.png/
+throughput.png into the output dir. Why the baseline is `te_nvfp4` with `nvfp4_mlp_precision=bf16` and not
+`quantization=''`: any maxtext quant object changes how parameters are initialized, so only a baseline that also has
+one starts from the same weights as the quantized runs (the report's step-0 column checks it).
+
+Why the comparison reads TensorBoard events: the runs evaluate, and maxtext rewrites `metrics_file` whenever it
+logs a record with step 0, which every eval pass does; the compare module then falls back to the TensorBoard
+events, which hold every training step (it records the source it used in report.json).
+
+Layout of the output dir: runs/<name>/ (train.log, metrics.jsonl, tensorboard/), jax_cache/, and the report files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+
+from MaxText.data import corpus
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_CONFIG = REPO_ROOT / "configs" / "quickstart.yml"
+DEFAULT_OUT = Path("results/quickstart")
+DEFAULT_CORPUS = Path("results/corpus")
+BASELINE = "bf16"
+#: Progress lines per run: the mean training loss of the steps since the previous line, this many times.
+PROGRESS_LINES = 6
+#: Lines of a failed run's log repeated on the terminal.
+FAILURE_TAIL_LINES = 25
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Precision:
+  """One training run of the quickstart: its name (run dir, report row) and its maxtext overrides."""
+
+  name: str
+  overrides: tuple[str, ...]
+  description: str
+
+
+PRECISIONS = (
+    Precision(
+        name=BASELINE,
+        overrides=("quantization=te_nvfp4", "nvfp4_mlp_precision=bf16"),
+        description="baseline: te_nvfp4 with every GEMM in bf16 (same initial weights as the quantized runs)",
+    ),
+    Precision(name="fp8", overrides=("quantization=fp8",), description="maxtext's fp8 (the published comparison's baseline)"),
+    Precision(
+        name="te_nvfp4",
+        overrides=("quantization=te_nvfp4",),
+        description="NVFP4 MLP GEMMs, random Hadamard transform on wgrad, stochastic rounding",
+    ),
+    Precision(
+        name="te_nvfp4_no_rht",
+        overrides=("quantization=te_nvfp4_no_rht",),
+        description="NVFP4 MLP GEMMs without the Hadamard transform",
+    ),
+)
+PRECISION_NAMES = tuple(p.name for p in PRECISIONS)
+
+#: `--smoke`: the whole machinery in about a minute (two precisions, a few short steps, evals included so the
+#: TensorBoard fallback is exercised). Not a measurement.
+SMOKE_STEPS = 4
+SMOKE_PRECISIONS = (BASELINE, "te_nvfp4")
+SMOKE_OVERRIDES = ("max_target_length=64", "per_device_batch_size=2", "eval_interval=2", "eval_steps=1")
+
+# maxtext's per-step log lines (absl, stderr): "completed step: 12, seconds: 0.243, ..., loss: 7.123, lm_loss: ..."
+# and "Completed eval after train step 75, loss=7.480, perplexity=...".
+_TRAIN_LINE = re.compile(r"completed step: (\d+), seconds: ([^,\s]+),.*?, loss: ([^,\s]+)")
+_EVAL_LINE = re.compile(r"Completed eval after train step (\d+), loss=([^,\s]+)")
+
+
+class QuickstartError(Exception):
+  """A step of the quickstart failed; the message is one line that says which and where to look."""
+
+
+def format_seconds(seconds: float) -> str:
+  """`75.2` -> `1m15s`: the elapsed times in the progress lines."""
+  minutes, secs = divmod(int(round(seconds)), 60)
+  return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+
+
+def corpus_is_built(corpus_dir: Path) -> bool:
+  """True when `corpus_dir` holds a corpus of this format version whose parquet files match their manifest hashes.
+
+  Why hashes and not just existence: a build killed halfway, or a file edited by hand, must be rebuilt rather than
+  silently train every precision on something else than the documented corpus.
+  """
+  try:
+    manifest = json.loads((corpus_dir / corpus.MANIFEST_NAME).read_text(encoding="utf-8"))
+    if manifest.get("format_version") != corpus.CORPUS_FORMAT_VERSION:
+      return False
+    return all(
+        hashlib.sha256((corpus_dir / info["file"]).read_bytes()).hexdigest() == info["sha256"]
+        for info in manifest["splits"].values()
+    )
+  except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    return False
+
+
+@dataclasses.dataclass
+class RunProgress:
+  """Turns one run's maxtext log lines into a few progress lines: mean loss per stretch of steps, eval losses."""
+
+  name: str
+  total_steps: int
+  emit: Callable[[str], None]
+  every: int = dataclasses.field(init=False)  # steps between progress lines, about total_steps / PROGRESS_LINES
+  last_step: int = dataclasses.field(init=False, default=-1)
+  last_loss: float = dataclasses.field(init=False, default=math.nan)
+  last_eval: float = dataclasses.field(init=False, default=math.nan)
+  _losses: list[float] = dataclasses.field(init=False, default_factory=list)  # since the last progress line
+  _times: list[float] = dataclasses.field(init=False, default_factory=list)
+
+  def __post_init__(self):
+    self.every = max(1, (self.total_steps - 1) // PROGRESS_LINES)
+
+  def feed(self, line: str) -> None:
+    """Reads one log line; prints a progress line every `every` steps, at the last step and for each eval.
+
+    Steps are maxtext's (0 .. total_steps - 1), the numbering of the eval lines and of the report.
+    """
+    if match := _TRAIN_LINE.search(line):
+      step, seconds, loss = int(match[1]), float(match[2]), float(match[3])
+      self.last_step, self.last_loss = step, loss
+      self._losses.append(loss)
+      if step > 0:  # step 0 includes compilation
+        self._times.append(seconds)
+      if (step > 0 and step % self.every == 0) or step == self.total_steps - 1:
+        speed = f", {sum(self._times) / len(self._times):.2f} s/step" if self._times else ""
+        self.emit(
+            f"  {self.name:<16} step {step:>4} ({100 * (step + 1) // self.total_steps:>3}%)  train loss {loss:6.3f}, "
+            f"mean of the last {len(self._losses)}: {sum(self._losses) / len(self._losses):6.3f}{speed}"
+        )
+        self._losses, self._times = [], []
+    elif match := _EVAL_LINE.search(line):
+      self.last_eval = float(match[2])
+      self.emit(f"  {self.name:<16} eval after step {match[1]}: loss {self.last_eval:.3f}")
+
+
+def _run_dir_overrides(precision: Precision, runs_dir: Path, jax_cache: Path) -> list[str]:
+  return [
+      f"run_name={precision.name}",
+      f"base_output_directory={runs_dir}",
+      f"metrics_file={runs_dir / precision.name / 'metrics.jsonl'}",
+      f"jax_cache_dir={jax_cache}",
+  ]
+
+
+def train(
+    precision: Precision,
+    *,
+    config: Path,
+    runs_dir: Path,
+    jax_cache: Path,
+    steps: int,
+    extra: Sequence[str],
+    corpus_dir: Path,
+    emit: Callable[[str], None],
+) -> RunProgress:
+  """Runs `python -m MaxText.train` for one precision, streaming its log into runs/<name>/train.log.
+
+  The run dir is emptied first: maxtext appends to metrics_file and adds TensorBoard event files, so a previous
+  run's records would mix into this one's.
+
+  Raises:
+    QuickstartError: the run exited non-zero (its log tail has been printed).
+  """
+  run_dir = runs_dir / precision.name
+  shutil.rmtree(run_dir, ignore_errors=True)
+  run_dir.mkdir(parents=True)  # maxtext does not create metrics_file's folder
+  cmd = [
+      sys.executable, "-m", "MaxText.train", str(config),
+      *_run_dir_overrides(precision, runs_dir, jax_cache),
+      f"steps={steps}",
+      *corpus.corpus_overrides(corpus_dir),
+      *precision.overrides,
+      *extra,
+  ]  # fmt: skip
+  env = dict(os.environ)
+  env.setdefault("JAX_PLATFORMS", "cpu")  # the quickstart measures the CPU (emulated) path unless told otherwise
+  progress = RunProgress(name=precision.name, total_steps=steps, emit=emit)
+  log_path = run_dir / "train.log"
+  with log_path.open("w", encoding="utf-8") as log:
+    log.write(" ".join(cmd) + "\n")
+    with subprocess.Popen(
+        cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
+    ) as proc:
+      assert proc.stdout is not None  # for the type checker: stdout=PIPE
+      tail: list[str] = []
+      for line in proc.stdout:
+        log.write(line)
+        tail = (tail + [line.rstrip()])[-FAILURE_TAIL_LINES:]
+        progress.feed(line)
+  if proc.returncode != 0:
+    for line in tail:
+      emit(f"    | {line}")
+    raise QuickstartError(f"the {precision.name} run failed (exit {proc.returncode}); full log: {log_path}")
+  return progress
+
+
+def compare(names: Sequence[str], runs_dir: Path, out_dir: Path, emit: Callable[[str], None]) -> None:
+  """Runs `python -m MaxText.compare` on the run dirs against the baseline, echoing its table.
+
+  Raises:
+    QuickstartError: the comparison exited non-zero.
+  """
+  cmd = [sys.executable, "-m", "MaxText.compare", *(str(runs_dir / n) for n in names), "--baseline", BASELINE,
+         "--out", str(out_dir)]  # fmt: skip
+  emit("quickstart: python " + " ".join(_shown(arg) for arg in cmd[1:]))
+  proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, check=False)
+  emit(proc.stdout.rstrip())
+  if proc.returncode != 0:
+    raise QuickstartError(f"the comparison failed (exit {proc.returncode}): {proc.stderr.strip()}")
+
+
+def _shown(arg: str) -> str:
+  """An absolute path under the working dir as a relative one, for the progress lines; anything else as is."""
+  if os.path.isabs(arg) and Path(arg).is_relative_to(Path.cwd()):
+    return os.path.relpath(arg)
+  return arg
+
+
+def _parse_args(argv: Iterable[str] | None) -> argparse.Namespace:
+  parser = argparse.ArgumentParser(
+      prog="scripts/quickstart.py",
+      description="Train the tiny Llama on the local corpus in bf16, fp8, te_nvfp4 and te_nvfp4_no_rht (CPU), "
+      "then compare them with the bf16 baseline: report.md, report.json, loss.png, throughput.png.",
+  )
+  parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"output dir (default: {DEFAULT_OUT})")
+  parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS, help=f"corpus dir, built if needed ({DEFAULT_CORPUS})")
+  parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="model/schedule YAML (configs/quickstart.yml)")
+  parser.add_argument("--steps", type=int, default=None, help="training steps per run (default: the config's)")
+  parser.add_argument(
+      "--precisions", nargs="+", choices=PRECISION_NAMES, default=None,
+      help=f"runs to train; {BASELINE} (the baseline) is always one (default: all four)",
+  )  # fmt: skip
+  parser.add_argument("--set", dest="overrides", nargs="*", default=[], metavar="KEY=VALUE",
+                      help="extra maxtext overrides for every run")  # fmt: skip
+  parser.add_argument("--smoke", action="store_true",
+                      help=f"check the machinery in ~1 min: {SMOKE_STEPS} steps, {' and '.join(SMOKE_PRECISIONS)}")  # fmt: skip
+  return parser.parse_args(None if argv is None else list(argv))
+
+
+def _config_steps(config: Path) -> int:
+  """The `steps:` of the quickstart YAML, read without maxtext (the progress lines need the total up front)."""
+  match = re.search(r"^steps:\s*(\d+)", config.read_text(encoding="utf-8"), flags=re.MULTILINE)
+  if not match:
+    raise QuickstartError(f"{config} sets no 'steps:'; pass --steps N")
+  return int(match[1])
+
+
+def main(argv: Iterable[str] | None = None, emit: Callable[[str], None] | None = None) -> int:
+  """CLI: exit 0 when the report was written, 1 when a run or the comparison failed, 2 for bad arguments."""
+  args = _parse_args(argv)
+  emit = emit or (lambda text: print(text, flush=True))
+  start = time.monotonic()
+  try:
+    if not args.config.is_file():
+      raise QuickstartError(f"config {args.config} does not exist")
+    if args.steps is not None:
+      steps = args.steps
+    else:
+      steps = SMOKE_STEPS if args.smoke else _config_steps(args.config)
+    if steps < 1:
+      raise QuickstartError(f"--steps must be >= 1, got {steps}")
+    wanted = set(args.precisions or (SMOKE_PRECISIONS if args.smoke else PRECISION_NAMES)) | {BASELINE}
+    precisions = [p for p in PRECISIONS if p.name in wanted]
+    extra = [*(SMOKE_OVERRIDES if args.smoke else ()), *args.overrides]
+  except QuickstartError as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
+  try:
+    corpus_dir = args.corpus.resolve()
+    if corpus_is_built(corpus_dir):
+      emit(f"quickstart: corpus {args.corpus} is built and intact")
+    else:
+      corpus.build_corpus(corpus_dir)
+      emit(f"quickstart: built the corpus in {args.corpus} ({format_seconds(time.monotonic() - start)})")
+    out_dir = args.out.resolve()  # the subprocesses run in the repository root
+    runs_dir = out_dir / "runs"
+    for i, precision in enumerate(precisions, 1):
+      run_start = time.monotonic()
+      emit(f"quickstart: [{i}/{len(precisions)}] {precision.name}: {precision.description}; {steps} steps")
+      progress = train(
+          precision, config=args.config.resolve(), runs_dir=runs_dir, jax_cache=out_dir / "jax_cache",
+          steps=steps, extra=extra, corpus_dir=corpus_dir, emit=emit,
+      )  # fmt: skip
+      emit(
+          f"quickstart: [{i}/{len(precisions)}] {precision.name} finished in "
+          f"{format_seconds(time.monotonic() - run_start)}: last train loss {progress.last_loss:.3f}, "
+          f"last eval loss {progress.last_eval:.3f} (elapsed {format_seconds(time.monotonic() - start)})"
+      )
+    compare([p.name for p in precisions], runs_dir, out_dir, emit)
+  except (QuickstartError, ValueError) as e:
+    print(f"quickstart: error: {e}", file=sys.stderr)
+    return 1
+  emit(f"quickstart: done in {format_seconds(time.monotonic() - start)}; report: {args.out / 'report.md'}")
+  return 0
