@@ -17,7 +17,7 @@ def test_matrix_is_te_signs_times_sylvester_over_four():
   np.testing.assert_array_equal(r * 4, np.diag(hadamard.RHT_SIGNS) @ scipy.linalg.hadamard(16))
 
 
-def test_butterfly_equals_dense_product_bit_for_bit():
+def test_equals_the_f32_dense_product_bit_for_bit():
   x = np.asarray(jax.random.normal(jax.random.key(0), (64, 256), jnp.bfloat16))
   dense = (x.astype(np.float32).reshape(64, 16, 16) @ hadamard.rht_matrix()).reshape(64, 256)
   got = np.asarray(jax.jit(hadamard.rht)(x))
