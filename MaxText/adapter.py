@@ -115,13 +115,18 @@ class Nvfp4Quantization(quantizations.Quantization):
     )
 
 
+def _value(setting: Any) -> str:
+  """A config value as a plain string: maxtext's config holds str Enums (or plain strings after overrides)."""
+  return str(getattr(setting, "value", setting))
+
+
 def policy_from_config(config: Any) -> PrecisionPolicy:
   """The policy a maxtext config asks for (quantization and the nvfp4_* keys)."""
-  mode = str(getattr(config.quantization, "value", config.quantization))
   return PrecisionPolicy(
-      mlp=Precision(str(getattr(config.nvfp4_mlp_precision, "value", config.nvfp4_mlp_precision))),
-      attention=Precision(str(getattr(config.nvfp4_attention_precision, "value", config.nvfp4_attention_precision))),
-      recipe=GemmRecipe(rht=mode != "te_nvfp4_no_rht", stochastic_rounding=bool(config.nvfp4_stochastic_rounding),
+      mlp=Precision(_value(config.nvfp4_mlp_precision)),
+      attention=Precision(_value(config.nvfp4_attention_precision)),
+      recipe=GemmRecipe(rht=_value(config.quantization) != "te_nvfp4_no_rht",
+                        stochastic_rounding=bool(config.nvfp4_stochastic_rounding),
                         weight_2d=bool(config.nvfp4_2d_weight_scaling)),
   )
 
@@ -133,5 +138,5 @@ def quantization_from_config(config: Any, quant_mode_str: str = "train") -> Nvfp
   if quant_mode_str != "train":
     raise NotImplementedError(f"quantization={config.quantization} supports training only; got quant_mode "
                               f"{quant_mode_str!r} (serve/convert). Serve the trained BF16/FP32 weights instead.")
-  backend = resolve_backend(str(getattr(config.nvfp4_backend, "value", config.nvfp4_backend)))
+  backend = resolve_backend(_value(config.nvfp4_backend))
   return Nvfp4Quantization(policy=policy_from_config(config), backend=backend)

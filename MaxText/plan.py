@@ -31,13 +31,14 @@ class PlanEntry:
   implementation: str  # the dot_general module that runs it
 
 
-def collect(model: Any, quant: Nvfp4Quantization) -> list[PlanEntry]:
-  """One entry per DenseGeneral that holds a quantized dot_general module (the logits projection holds none)."""
-  entries = []
+def collect(model: Any) -> tuple[Nvfp4Quantization | None, list[PlanEntry]]:
+  """(the NVFP4 quant object, one entry per DenseGeneral holding it); the logits projection holds none."""
+  quant, entries = None, []
   for path, node in nnx.iter_graph(model):
     name = getattr(node, "_quant_dot_general_name", None)
-    if type(node).__name__ != "DenseGeneral" or name is None:
+    if type(node).__name__ != "DenseGeneral" or name is None or not isinstance(node.quant, Nvfp4Quantization):
       continue
+    quant = node.quant
     axes = tuple(node.kernel_axes)
     precision = quant.policy.precision_for(axes)
     held = type(getattr(node, name).to_nnx__module).__name__
@@ -45,7 +46,7 @@ def collect(model: Any, quant: Nvfp4Quantization) -> list[PlanEntry]:
     entries.append(PlanEntry(
         module="/".join(str(p) for p in path), kernel_axes=axes, precision=precision.value,
         backend="-" if precision.value == "bf16" else quant.backend.value, implementation=f"{impl} [{held}]"))
-  return entries
+  return quant, entries
 
 
 def format_table(entries: Iterable[PlanEntry]) -> str:
@@ -57,9 +58,14 @@ def format_table(entries: Iterable[PlanEntry]) -> str:
   return "\n".join(lines)
 
 
-def report(model: Any, quant: Nvfp4Quantization, output_dir: str) -> list[PlanEntry]:
-  """Writes PLAN_FILE under output_dir and prints the table, once per distinct plan in this process."""
-  entries = collect(model, quant)
+def report(model: Any, output_dir: str) -> list[PlanEntry]:
+  """Writes PLAN_FILE under output_dir and prints the table, once per distinct plan in this process.
+
+  Does nothing for a model without an NVFP4 quant object.
+  """
+  quant, entries = collect(model)
+  if quant is None:
+    return entries
   payload = json.dumps({"backend": quant.backend.value, "recipe": dataclasses.asdict(quant.policy.recipe),
                         "gemms": [dataclasses.asdict(e) for e in entries]}, indent=2)
   if (output_dir, payload) in _reported:

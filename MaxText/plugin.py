@@ -69,28 +69,16 @@ def _wrap_maybe_quantize_model(original: Callable[..., Any]) -> Callable[..., An
 
   @functools.wraps(original)
   def maybe_quantize_model(model: Any, config: Any) -> Any:
-    from MaxText.adapter import Nvfp4Quantization  # pylint: disable=import-outside-toplevel
     from MaxText import plan  # pylint: disable=import-outside-toplevel
+    from MaxText.config import NVFP4_MODES  # pylint: disable=import-outside-toplevel
 
     model = original(model, config)
-    quants = {id(q): q for _, q in _quant_objects(model)}
-    for quant in quants.values():
-      if isinstance(quant, Nvfp4Quantization):
-        plan.report(model, quant, f"{config.base_output_directory}/{config.run_name}")
+    if _quantization_name(config) in NVFP4_MODES:
+      plan.report(model, f"{config.base_output_directory}/{config.run_name}")
     return model
 
   setattr(maybe_quantize_model, _MARK, True)
   return maybe_quantize_model
-
-
-def _quant_objects(model: Any) -> Iterator[tuple[Any, Any]]:
-  """(path, quant) of every DenseGeneral that holds a quant object."""
-  from flax import nnx  # pylint: disable=import-outside-toplevel
-
-  for path, node in nnx.iter_graph(model):
-    quant = getattr(node, "quant", None) if type(node).__name__ == "DenseGeneral" else None
-    if quant is not None:
-      yield path, quant
 
 
 def _quantization_name(config: Any) -> str:

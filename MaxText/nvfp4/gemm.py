@@ -108,7 +108,10 @@ def _matmul(x: jax.Array, w: jax.Array, key: jax.Array | None, recipe: GemmRecip
 _matmul.defvjp(_matmul_fwd, _matmul_bwd)
 
 
-def _check_dims(lhs: jax.Array, rhs: jax.Array, dimension_numbers: DimensionNumbers) -> tuple[tuple[int, ...], ...]:
+def _check_dims(
+    lhs: jax.Array, rhs: jax.Array, dimension_numbers: DimensionNumbers
+) -> tuple[tuple[int, ...], tuple[int, ...], int]:
+  """Normalized contracting dims and K, after checking M, K and N are multiples of the block."""
   (lhs_c, rhs_c), (lhs_b, rhs_b) = dimension_numbers
   if lhs_b or rhs_b:
     raise NotImplementedError(
@@ -126,7 +129,7 @@ def _check_dims(lhs: jax.Array, rhs: jax.Array, dimension_numbers: DimensionNumb
           f"nvfp4_dot_general: lhs {lhs.shape} x rhs {rhs.shape} with contracting dims {lhs_c}/{rhs_c} gives "
           f"{name} = {size}, not a multiple of {BLOCK_SIZE}: NVFP4 blocks every GEMM axis by {BLOCK_SIZE}."
       )
-  return lhs_c, rhs_c
+  return lhs_c, rhs_c, k
 
 
 def nvfp4_dot_general(
@@ -153,13 +156,12 @@ def nvfp4_dot_general(
     NotImplementedError: batch dimensions.
     ValueError: M (product of lhs free dims), K or N not a multiple of 16.
   """
-  lhs_c, rhs_c = _check_dims(lhs, rhs, dimension_numbers)
+  lhs_c, rhs_c, k = _check_dims(lhs, rhs, dimension_numbers)
   if recipe.stochastic_rounding and key is None:
     raise ValueError("nvfp4_dot_general: recipe.stochastic_rounding=True needs a PRNG key; got key=None.")
   lhs_free = [d for d in range(lhs.ndim) if d not in lhs_c]
   rhs_free = [d for d in range(rhs.ndim) if d not in rhs_c]
   out_shape = tuple(lhs.shape[d] for d in lhs_free) + tuple(rhs.shape[d] for d in rhs_free)
-  k = int(np.prod([lhs.shape[d] for d in lhs_c]))
   x = jnp.transpose(lhs, lhs_free + list(lhs_c)).reshape(-1, k)
   w = jnp.transpose(rhs, list(rhs_c) + rhs_free).reshape(k, -1)
   return _matmul(x, w, key, recipe, jnp.dtype(rhs.dtype)).reshape(out_shape)
