@@ -18,6 +18,7 @@ import jax.numpy as jnp
 
 from MaxText.nvfp4.gemm import QUANTIZATION_NAME, GemmRecipe
 from MaxText.policy import Precision
+from MaxText.sr import sr_key
 
 #: maxtext's collection for TE quantizer metadata (NVFP4 and current scaling create none in it).
 _TE_META_COLLECTION = "_overwrite_with_gradient"
@@ -58,8 +59,6 @@ def dot_general_cls(precision: Precision, recipe: GemmRecipe) -> type:
   import flax.linen as nn  # pylint: disable=import-outside-toplevel
   from transformer_engine.jax import dense as te_dense  # pylint: disable=import-outside-toplevel
   from transformer_engine.jax.flax.module import TransformerEngineBase  # pylint: disable=import-outside-toplevel
-
-  from MaxText.adapter import sr_key  # pylint: disable=import-outside-toplevel
 
   te_recipe = _te_recipe(precision, recipe)
 
