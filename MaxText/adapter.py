@@ -88,11 +88,15 @@ class Nvfp4Quantization(quantizations.Quantization):
   def dot_general_cls(self, mesh_axes: tuple[str | None, ...] = ()) -> type[nn.Module]:
     return module_class(self.policy.precision_for(tuple(mesh_axes)), self.backend, self.policy.recipe)
 
-  def einsum(self, dtype: Any = jnp.float32) -> Any:
-    """MoE experts reach quantization through einsum; the NVFP4 recipe here covers dense MLPs only."""
+  def einsum(self, mesh_axes: tuple[str | None, ...] = (), dtype: Any = jnp.float32) -> Any:
+    """maxtext's MoE hook, called as `quant.einsum(mesh_axes=rhs_axes)` (RoutedMoE.get_einsum, sparse_matmul=false).
+
+    The config validator refuses NVFP4 modes with routed experts before a model exists; this is the backstop.
+    """
+    del dtype
     raise NotImplementedError(
-        "quantization=te_nvfp4 covers DenseGeneral GEMMs (dense Llama-style MLPs); MoE expert einsums are not "
-        "supported. Use a dense decoder_block, or quantization=fp8 for MoE models."
+        f"quantization=te_nvfp4 covers DenseGeneral GEMMs; the MoE expert einsum (kernel axes {tuple(mesh_axes)}) "
+        "has no NVFP4 path. Use a dense decoder_block, or quantization=fp8 for MoE models."
     )
 
 

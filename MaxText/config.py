@@ -123,6 +123,12 @@ class NVFP4Config(types.MaxTextConfig):
     if self.use_qwix_quantization:
       raise ValueError(f"quantization={mode} with use_qwix_quantization=true: maxtext would silently train "
                        "unquantized (its qwix path has no NVFP4 rule). Set use_qwix_quantization=false.")
+    if self.num_experts > 1:  # MoE: never silently unquantized experts (plan.py backs this up for num_experts=1)
+      block = getattr(self.decoder_block, "value", self.decoder_block)
+      raise ValueError(f"quantization={mode} with num_experts={self.num_experts} (routed experts, decoder_block="
+                       f"{block}, sparse_matmul={self.sparse_matmul}, megablox={self.megablox}): NVFP4 expert GEMMs "
+                       "are not implemented, the experts would train unquantized. Use quantization=fp8 for MoE "
+                       "models, or num_experts=1.")
     if self.nvfp4_backend == NVFP4Backend.TE:
       from MaxText.backend import resolve_backend  # pylint: disable=import-outside-toplevel
 
