@@ -27,12 +27,13 @@ from maxtext.configs import types
 
 __all__ = [
     "NVFP4_MODES",
-    "ConfigError",
     "NVFP4AttentionPrecision",
     "NVFP4Backend",
     "NVFP4MlpPrecision",
     "NVFP4Config",
     "format_config_error",
+    "is_config_error",
+    "missing_config_file",
 ]
 
 # The `quantization=` values this plugin serves. maxtext's own `QuantizationType` enum already lists both, so
@@ -114,6 +115,27 @@ class NVFP4Config(types.MaxTextConfig):
       ),
   )
 
+  nvfp4_bf16_first_layers: int = Field(
+      0,
+      description="The first N decoder layers run their MLP GEMMs in BF16 (NVIDIA's recipe keeps ~15% of the"
+      " blocks, mostly at the end, in BF16). Works with scan_layers true and false.",
+  )
+  nvfp4_bf16_last_layers: int = Field(
+      0,
+      description="The last N decoder layers run their MLP GEMMs in BF16 (the paper: the last 8 of 62 blocks).",
+  )
+  nvfp4_bf16_from_step: int | None = Field(
+      None,
+      description="From this training step on (maxtext's step: the step number in the metrics; 0 is the first"
+      " update) every NVFP4 GEMM runs in BF16, forward and backward. None: never. Same compiled program; exact"
+      " across a checkpoint resume.",
+  )
+  nvfp4_bf16_forward_from_step: int | None = Field(
+      None,
+      description="From this training step on only the forward NVFP4 GEMMs run in BF16; dgrad and wgrad stay NVFP4"
+      " (the paper: switching the forward pass recovers most of the gap). None: never.",
+  )
+
   @pydantic.model_validator(mode="after")
   def _nvfp4_mode_can_run(self) -> "NVFP4Config":
     """Refuses, at config load (before any model is built or compiled), NVFP4 settings that cannot take effect."""
@@ -123,24 +145,50 @@ class NVFP4Config(types.MaxTextConfig):
     if self.use_qwix_quantization:
       raise ValueError(f"quantization={mode} with use_qwix_quantization=true: maxtext would silently train "
                        "unquantized (its qwix path has no NVFP4 rule). Set use_qwix_quantization=false.")
+    if str(getattr(self.shard_mode, "value", self.shard_mode)) == "explicit":
+      raise ValueError(f"quantization={mode} with shard_mode=explicit: the NVFP4 GEMMs take their tensor amax "
+                       "under auto (GSPMD) sharding only. Set shard_mode=auto.")
     if self.num_experts > 1:  # MoE: never silently unquantized experts (plan.py backs this up for num_experts=1)
       block = getattr(self.decoder_block, "value", self.decoder_block)
       raise ValueError(f"quantization={mode} with num_experts={self.num_experts} (routed experts, decoder_block="
                        f"{block}, sparse_matmul={self.sparse_matmul}, megablox={self.megablox}): NVFP4 expert GEMMs "
                        "are not implemented, the experts would train unquantized. Use quantization=fp8 for MoE "
                        "models, or num_experts=1.")
+    self._check_bf16_layers_and_steps(mode)
     if self.nvfp4_backend == NVFP4Backend.TE:
       from MaxText.backend import resolve_backend  # pylint: disable=import-outside-toplevel
 
       resolve_backend("te")  # raises ValueError naming the reason and nvfp4_backend=emulated
+    from MaxText.gemm_shapes import block_errors, nvfp4_gemm_dims  # pylint: disable=import-outside-toplevel
+    from MaxText.nvfp4.formats import BLOCK_SIZE  # pylint: disable=import-outside-toplevel
+
+    errors = block_errors(nvfp4_gemm_dims(self), BLOCK_SIZE, mode)
+    if errors:
+      raise ValueError(errors[0] + (f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""))
     return self
 
-
-class ConfigError(ValueError):
-  """A config that failed to load; `str()` is one line naming the key, the value and what is accepted.
-
-  The original exception is chained as `__cause__`, so nothing is lost for debugging.
-  """
+  def _check_bf16_layers_and_steps(self, mode: str) -> None:
+    """nvfp4_bf16_* keys: in range, and leaving at least one NVFP4 GEMM (else the mode would quantize nothing)."""
+    first, last, layers = self.nvfp4_bf16_first_layers, self.nvfp4_bf16_last_layers, self.num_decoder_layers
+    for key, value in (("nvfp4_bf16_first_layers", first), ("nvfp4_bf16_last_layers", last),
+                       ("nvfp4_bf16_from_step", self.nvfp4_bf16_from_step),
+                       ("nvfp4_bf16_forward_from_step", self.nvfp4_bf16_forward_from_step)):
+      if value is not None and value < 0:
+        raise ValueError(f"{key}={value} is negative; use 0 or more (None for the step keys: never switch).")
+    if first + last > layers:
+      raise ValueError(f"nvfp4_bf16_first_layers={first} + nvfp4_bf16_last_layers={last} exceeds the "
+                       f"{layers} decoder layers (num_decoder_layers={layers}); keep their sum at most {layers}.")
+    if (first or last) and self.nvfp4_mlp_precision == NVFP4MlpPrecision.NVFP4 and first + last == layers:
+      raise ValueError(f"quantization={mode} with nvfp4_bf16_first_layers={first} + nvfp4_bf16_last_layers={last} "
+                       f"= all {layers} decoder layers puts no GEMM in NVFP4; lower them, or set "
+                       "nvfp4_mlp_precision=bf16 for an all-BF16 baseline.")
+    if self.nvfp4_bf16_from_step == 0:
+      raise ValueError(f"quantization={mode} with nvfp4_bf16_from_step=0 runs every GEMM in BF16 from the first "
+                       "step: no GEMM is NVFP4. Use a later step, or nvfp4_mlp_precision=bf16 for a BF16 baseline.")
+    if (first or last or self.nvfp4_bf16_from_step is not None or self.nvfp4_bf16_forward_from_step is not None) \
+        and getattr(self, "using_pipeline_parallelism", False):
+      raise ValueError("nvfp4_bf16_first_layers/last_layers/from_step/forward_from_step are not supported with "
+                       "pipeline parallelism (ici/dcn_pipeline_parallelism > 1); unset them or the pipeline.")
 
 
 # pyconfig's message for an unknown key: "'key' not in 'a', 'b', ... ." (every field name, ~30k characters).
@@ -193,8 +241,6 @@ def format_config_error(exc: BaseException, config_class: type[pydantic.BaseMode
   Returns:
     One line, without a trailing newline.
   """
-  if isinstance(exc, ConfigError):
-    return str(exc)
   if isinstance(exc, pydantic.ValidationError):
     return _format_validation_error(exc, config_class)
   text = str(exc)
@@ -211,3 +257,42 @@ def format_config_error(exc: BaseException, config_class: type[pydantic.BaseMode
   if len(flat) > _MAX_FALLBACK_CHARS:
     flat = flat[: _MAX_FALLBACK_CHARS - 3] + "..."
   return f"{type(exc).__name__}: {flat}" if flat else type(exc).__name__
+
+
+def is_config_error(exc: BaseException) -> bool:
+  """True for what a bad config raises: pydantic's ValidationError and maxtext's checks (ValueError), a missing
+  file, YAML syntax and OmegaConf errors. Anything else (TypeError, KeyError, other OSErrors) is a bug or an
+  environment problem and keeps its traceback."""
+  import omegaconf  # pylint: disable=import-outside-toplevel
+  import yaml  # pylint: disable=import-outside-toplevel
+
+  return isinstance(exc, (ValueError, FileNotFoundError, yaml.YAMLError, omegaconf.errors.OmegaConfBaseException))
+
+
+def missing_config_file(config_path: str) -> str:
+  """Names the file of a `base_config:` chain that does not exist, and which file asked for it.
+
+  Why: pyconfig reports a missing file under the last place it looked (maxtext's configs folder, or "src/..."),
+  not the name the user wrote. Resolution follows pyconfig: next to the including file, then maxtext's configs.
+  """
+  import os  # pylint: disable=import-outside-toplevel
+
+  import yaml  # pylint: disable=import-outside-toplevel
+
+  if not os.path.isfile(config_path):
+    return f"config file not found: {config_path}"
+  maxtext_configs = os.path.dirname(types.__file__)
+  path = config_path
+  for _ in range(32):  # a longer chain is a loop
+    with open(path, encoding="utf-8") as f:
+      base = (yaml.safe_load(f) or {}).get("base_config")
+    if not base:
+      break
+    candidates = [base] if os.path.isabs(base) else [os.path.join(os.path.dirname(path), base),
+                                                      os.path.join(maxtext_configs, base)]
+    found = next((c for c in candidates if os.path.isfile(c)), None)
+    if found is None:
+      return (f"config file not found: base_config {base!r} of {path} (looked in "
+              f"{' and '.join(os.path.dirname(c) for c in candidates)})")
+    path = found
+  return f"config file not found (in the base_config chain of {config_path})"

@@ -17,8 +17,8 @@
 Two module attributes of maxtext are wrapped, never its code edited or copied; both are looked up by attribute
 at call time, which is why wrapping them works:
 - `maxtext.configs.pyconfig.initialize` (and `initialize_pydantic`): the pre-training `main` calls
-  `pyconfig.initialize(argv)`; the wrapper supplies `config_class=NVFP4Config` (callers that pass their own
-  class keep it) and turns any config-loading failure into a one-line `ConfigError`.
+  `pyconfig.initialize(argv)`; the wrapper supplies `config_class=NVFP4Config` (a caller's own class keeps
+  working, with our keys added to it). Errors are left to maxtext's own handling.
 - `maxtext.layers.quantizations.configure_quantization(config, quant_mode_str)`: model creation
   (`maxtext.utils.model_creation_utils.create_model`) calls it for every model it builds, including the
   abstract one traced under `nnx.eval_shape`. For `quantization` in `NVFP4_MODES` the wrapper returns
@@ -31,10 +31,9 @@ with it jax) is imported by `register()`.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 __all__ = ["is_registered", "nvfp4_quantization", "register"]
@@ -104,56 +103,40 @@ def _wrap_configure_quantization(original: Callable[..., Any]) -> Callable[..., 
   return configure_quantization
 
 
-@contextlib.contextmanager
-def _config_errors_propagate(pyconfig: Any) -> Iterator[None]:
-  """Lets config errors reach us unlogged while maxtext's `initialize` runs.
+def _with_plugin_keys(config_class: type[Any], plugin_class: type[Any]) -> type[Any]:
+  """`config_class` with the plugin's keys added: the class itself when it already has them.
 
-  Why: pyconfig's `_handle_config_exception` logs the error (for an unknown key, all ~1500 field names on
-  one line) and, unless a test framework is imported, calls `sys.exit(2)`, so the caller never sees the
-  exception. Swapped only for the duration of the call; if maxtext drops the helper, this does nothing.
+  Why: callers that pass their own subclass of maxtext's config (maxtext's RL trainers pass `RLConfig`) must keep
+  their class and still accept the nvfp4_* keys our base.yml sets. maxtext's own `MaxTextConfig` maps to our
+  subclass; any other subclass of it gets a class deriving from both (cached, so each caller class maps to one).
+  A class that is not a maxtext config at all is left alone.
   """
-  original = getattr(pyconfig, "_handle_config_exception", None)
-  if original is None:
-    yield
-    return
+  from maxtext.configs import types  # pylint: disable=import-outside-toplevel
 
-  def _reraise(exc: Exception) -> None:
-    raise exc
-
-  pyconfig._handle_config_exception = _reraise  # pylint: disable=protected-access
-  try:
-    yield
-  finally:
-    pyconfig._handle_config_exception = original  # pylint: disable=protected-access
+  if issubclass(config_class, plugin_class) or not issubclass(config_class, types.MaxTextConfig):
+    return config_class
+  if config_class is types.MaxTextConfig:
+    return plugin_class
+  return _merged_class(config_class, plugin_class)
 
 
-def _config_error_types() -> tuple[type[BaseException], ...]:
-  """What a bad config raises: pydantic's ValidationError and maxtext's checks (ValueError), type and key
-  mistakes, unreadable files, YAML syntax and OmegaConf interpolation errors."""
-  import omegaconf  # pylint: disable=import-outside-toplevel
-  import yaml  # pylint: disable=import-outside-toplevel
-
-  return (ValueError, TypeError, KeyError, OSError, yaml.YAMLError, omegaconf.errors.OmegaConfBaseException)
+@functools.cache
+def _merged_class(config_class: type[Any], plugin_class: type[Any]) -> type[Any]:
+  return type(config_class.__name__, (config_class, plugin_class),
+              {"__module__": config_class.__module__, "__doc__": config_class.__doc__})
 
 
-def _wrap_initialize(original: Callable[..., Any], pyconfig: Any, default_class: type[Any]) -> Callable[..., Any]:
-  """Makes `pyconfig.initialize`-style functions use our config class and fail with one-line `ConfigError`s."""
-  from MaxText.config import ConfigError, format_config_error  # pylint: disable=import-outside-toplevel
+def _wrap_initialize(original: Callable[..., Any], default_class: type[Any]) -> Callable[..., Any]:
+  """Makes `pyconfig.initialize`-style functions load the plugin's keys; errors stay maxtext's.
+
+  Nothing else changes: a bad config raises what maxtext raises (a pydantic ValidationError stays one) and goes
+  through maxtext's own `_handle_config_exception` (its "MAXTEXT CONFIG ERROR" line, /dev/termination-log, exit 2
+  outside tests). Only our command line (`MaxText.train`) shortens the message.
+  """
 
   @functools.wraps(original)
   def initialize(argv: list[str] | None = None, config_class: type[Any] = default_class, **kwargs: Any) -> Any:
-    with _config_errors_propagate(pyconfig):
-      try:
-        return original(argv, config_class=config_class, **kwargs)
-      except ConfigError:
-        raise
-      except FileNotFoundError as e:
-        # pyconfig rewrites a missing path to "src/<path>" before opening it; name the path the user gave.
-        given = argv[1] if argv and len(argv) > 1 and str(argv[1]).endswith(".yml") else e.filename
-        raise ConfigError(f"config file not found: {given}") from e
-      except _config_error_types() as e:
-        raise ConfigError(format_config_error(e, config_class)) from e
-      # Anything else (e.g. jax's distributed initialization, which pyconfig also runs) keeps its traceback.
+    return original(argv, config_class=_with_plugin_keys(config_class, default_class), **kwargs)
 
   setattr(initialize, _MARK, True)
   return initialize
@@ -181,7 +164,7 @@ def register() -> None:
     from MaxText.config import NVFP4Config
 
     for name in ("initialize", "initialize_pydantic"):
-      _install(pyconfig, name, lambda orig: _wrap_initialize(orig, pyconfig, NVFP4Config))
+      _install(pyconfig, name, lambda orig: _wrap_initialize(orig, NVFP4Config))
     _install(quantizations, "configure_quantization", _wrap_configure_quantization)
     _install(quantizations, "maybe_quantize_model", _wrap_maybe_quantize_model)
     _registered = True

@@ -17,7 +17,8 @@
 Usage, exactly like maxtext's `python -m maxtext.trainers.pre_train.train`:
   python -m MaxText.train CONFIG.yml key=value ...
   python MaxText/train.py CONFIG.yml key=value ...      (the historic MaxText form)
-A config that fails to load (unknown key, wrong type, invalid choice) prints one line on stderr and exits 2.
+A config that fails to load (unknown key, wrong type, invalid choice, a GEMM dim NVFP4 cannot block) prints one
+line on stderr and exits 2; NVFP4_CONFIG_TRACEBACK=1 prints the full traceback before it.
 """
 
 import os
@@ -34,22 +35,56 @@ if __name__ == "__main__" and not __package__:
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 EXIT_CONFIG_ERROR = 2  # The same status maxtext's pyconfig uses for a bad config.
+#: Set to 1 to get the full traceback of a config error instead of the one-line form.
+TRACEBACK_ENV = "NVFP4_CONFIG_TRACEBACK"
+_TERMINATION_LOG = "/dev/termination-log"  # where maxtext's handler leaves the reason for Kubernetes
+
+
+def _install_one_line_config_errors(argv: Sequence[str]) -> None:
+  """Our command line only: a config error prints one line on stderr and exits 2.
+
+  Replaces maxtext's `pyconfig._handle_config_exception` for this process (installed once, before anything
+  loads a config; library users of `register()` keep maxtext's handler). Like maxtext's handler it writes the
+  reason to /dev/termination-log and exits 2; unlike it, the message is one line (maxtext's for an unknown key
+  lists all ~1500 keys). Exceptions that are not config errors are re-raised with their traceback.
+  """
+  # pylint: disable=import-outside-toplevel
+  import traceback
+
+  from maxtext.configs import pyconfig
+
+  from MaxText.config import format_config_error, is_config_error, missing_config_file
+
+  def handle(exc: Exception) -> None:
+    if not is_config_error(exc):
+      raise exc
+    if isinstance(exc, FileNotFoundError):
+      line = missing_config_file(str(argv[1])) if len(argv) > 1 else f"config file not found: {exc.filename}"
+    else:
+      line = format_config_error(exc)
+    try:
+      with open(_TERMINATION_LOG, "w", encoding="utf-8") as f:
+        f.write(f"MAXTEXT CONFIG ERROR: {line}")
+    except OSError:
+      pass
+    if os.environ.get(TRACEBACK_ENV) == "1":
+      traceback.print_exception(exc)
+    print(f"MaxText.train: config error: {line}", file=sys.stderr)
+    sys.exit(EXIT_CONFIG_ERROR)
+
+  pyconfig._handle_config_exception = handle  # pylint: disable=protected-access
 
 
 def main(argv: Sequence[str]) -> None:
   """Registers the plugin, then runs maxtext's pre-training `main(argv)` (argv[0] is the program name)."""
   # pylint: disable=import-outside-toplevel
-  from MaxText.config import ConfigError
   from MaxText.plugin import register
 
   register()
+  _install_one_line_config_errors(argv)
   from maxtext.trainers.pre_train import train as maxtext_train
 
-  try:
-    maxtext_train.main(argv)
-  except ConfigError as e:
-    print(f"MaxText.train: config error: {e}", file=sys.stderr)
-    sys.exit(EXIT_CONFIG_ERROR)
+  maxtext_train.main(argv)
 
 
 if __name__ == "__main__":

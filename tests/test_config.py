@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import enum
 import pathlib
+import re
 import subprocess
 import sys
 
+import pydantic
 import pytest
 import yaml
 
@@ -41,6 +43,10 @@ _OUR_KEYS = {
     "nvfp4_stochastic_rounding": True,
     "nvfp4_2d_weight_scaling": True,
     "nvfp4_mlp_precision": "nvfp4",
+    "nvfp4_bf16_first_layers": 0,
+    "nvfp4_bf16_last_layers": 0,
+    "nvfp4_bf16_from_step": None,
+    "nvfp4_bf16_forward_from_step": None,
 }
 
 
@@ -50,10 +56,14 @@ def _load(yml: pathlib.Path | str = TINY_YML, *overrides: str):
 
 
 def _error(*overrides: str) -> str:
-  """The one-line message of the ConfigError that loading tiny.yml with `overrides` raises."""
-  with pytest.raises(plugin_config.ConfigError) as info:
+  """The one-line form (as `MaxText.train` prints it) of the error maxtext raises loading tiny.yml + `overrides`.
+
+  The library raises maxtext's own exception types: a pydantic ValidationError for a bad value, ValueError for
+  maxtext's and our cross-field checks (pydantic wraps those in a ValidationError too).
+  """
+  with pytest.raises(ValueError) as info:
     _load(TINY_YML, *overrides)
-  message = str(info.value)
+  message = plugin_config.format_config_error(info.value)
   assert "\n" not in message, message
   return message
 
@@ -142,28 +152,53 @@ def test_cross_field_error_is_one_line() -> None:
 
 
 def test_missing_config_file_names_the_given_path() -> None:
-  """pyconfig looks for a missing file under "src/"; the message names the path the user typed."""
+  """pyconfig looks for a missing file under "src/"; the one-line form names the path the user typed."""
   missing = CONFIGS_DIR / "tny.yml"
-  with pytest.raises(plugin_config.ConfigError) as info:
+  with pytest.raises(FileNotFoundError):
     _load(missing)
-  assert str(info.value) == f"config file not found: {missing}"
+  assert plugin_config.missing_config_file(str(missing)) == f"config file not found: {missing}"
+
+
+def test_missing_base_config_names_the_base_and_its_includer(tmp_path: pathlib.Path) -> None:
+  child = tmp_path / "child.yml"
+  child.write_text('base_config: "nothere.yml"\nsteps: 3\n', encoding="utf-8")
+  with pytest.raises(FileNotFoundError):
+    _load(child)
+  message = plugin_config.missing_config_file(str(child))
+  assert message.startswith(f"config file not found: base_config 'nothere.yml' of {child} (looked in {tmp_path} and ")
 
 
 def test_yaml_syntax_error_names_file_and_line(tmp_path: pathlib.Path) -> None:
   bad = tmp_path / "bad.yml"
   bad.write_text('base_config: "base.yml"\nsteps: [1,\n', encoding="utf-8")
-  with pytest.raises(plugin_config.ConfigError, match=r"^YAML syntax error in .*bad\.yml, line \d+, column \d+: "):
+  with pytest.raises(yaml.YAMLError) as info:
     _load(bad)
+  assert re.match(r"^YAML syntax error in .*bad\.yml, line \d+, column \d+: ", plugin_config.format_config_error(info.value))
 
 
-def test_config_errors_are_not_logged_by_maxtext(monkeypatch: pytest.MonkeyPatch) -> None:
-  """maxtext's own handler would log the error (for unknown keys, every field name) and sys.exit outside tests."""
+def test_maxtexts_error_contract_holds(monkeypatch: pytest.MonkeyPatch) -> None:
+  """With the plugin registered, a bad value is still a pydantic ValidationError and maxtext's handler still runs
+  (its "MAXTEXT CONFIG ERROR" line; outside tests it writes /dev/termination-log and exits 2)."""
   logged = []
   monkeypatch.setattr(pyconfig.max_logging, "error", logged.append)
-  _error("nvfp4_bakend=te")
-  assert not logged
+  with pytest.raises(pydantic.ValidationError):
+    _load(TINY_YML, "steps=-5", "nvfp4_backend=bogus")
+  assert any(str(m).startswith("MAXTEXT CONFIG ERROR: ") for m in logged), logged
   handler = pyconfig._handle_config_exception  # pylint: disable=protected-access
-  assert handler.__module__ == "maxtext.configs.pyconfig"  # Restored afterwards.
+  assert handler.__module__ == "maxtext.configs.pyconfig"  # the library never swaps maxtext's handler
+
+
+def test_unexpected_errors_keep_their_type_and_traceback(monkeypatch: pytest.MonkeyPatch) -> None:
+  """A bug inside config loading (TypeError here) is not turned into a config message."""
+
+  def boom(*args, **kwargs):
+    raise TypeError("a bug")
+
+  monkeypatch.setattr(pyconfig, "_load_config", boom)
+  with pytest.raises(TypeError, match="a bug") as info:
+    _load()
+  assert not plugin_config.is_config_error(info.value)
+  assert any(entry.name == "boom" for entry in info.traceback)
 
 
 def test_non_config_errors_keep_their_type(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -213,13 +248,18 @@ def test_register_is_idempotent() -> None:
   assert getattr(quantizations.configure_quantization, "__wrapped__").__module__ == "maxtext.layers.quantizations"
 
 
-def test_explicit_config_class_is_respected() -> None:
-  """A maxtext caller that names its own config class keeps it (ours is only the default)."""
-  with pytest.raises(plugin_config.ConfigError, match="unknown config key 'nvfp4_backend'"):
-    pyconfig.initialize(["train", str(TINY_YML)], config_class=types.MaxTextConfig)
-  maxtext_base = pathlib.Path(types.__file__).with_name("base.yml")
-  config = pyconfig.initialize(["train", str(maxtext_base)], config_class=types.MaxTextConfig)
-  assert not hasattr(config, "nvfp4_backend")
+def test_callers_config_class_keeps_working() -> None:
+  """A caller that names its own config class (maxtext's RL trainers pass RLConfig) keeps it, with our keys added."""
+
+  class CallerConfig(types.MaxTextConfig):
+    caller_key: int = 7
+
+  config = pyconfig.initialize(["train", str(TINY_YML), "quantization=te_nvfp4", "caller_key=3"],
+                               config_class=CallerConfig)
+  assert config.caller_key == 3 and config.nvfp4_backend == "auto"
+  assert pyconfig.initialize(["train", str(TINY_YML)], config_class=types.MaxTextConfig).nvfp4_mlp_precision == "nvfp4"
+  with pytest.raises(ValueError, match="caller_key"):  # the caller's own validation still applies
+    pyconfig.initialize(["train", str(TINY_YML), "caller_key=x"], config_class=CallerConfig)
 
 
 def test_other_modes_reach_maxtexts_factory() -> None:
@@ -260,3 +300,51 @@ def test_nvfp4_with_qwix_quantization_is_refused() -> None:
 
 def test_nvfp4_backend_te_is_only_checked_for_nvfp4_modes() -> None:
   assert _load(TINY_YML, "quantization=fp8", "nvfp4_backend=te").nvfp4_backend == "te"
+
+
+# --- NVFP4 GEMM shapes, checked when the config loads ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        (["base_mlp_dim=200"], "the train GEMM mlp/wi_0 has N = 200 from mlp_dim=200 (base_mlp_dim=200), not a "
+         "multiple of 16 (NVFP4 quantizes in blocks of 16 along every GEMM axis); make it a multiple of 16 (e.g. 208)"),
+        (["base_emb_dim=72"], "the train GEMM mlp/wi_0 has K = 72 from emb_dim=72 (base_emb_dim=72)"),
+        (["max_target_length=40", "per_device_batch_size=1"],
+         "the train GEMM mlp/wi_0 has M (tokens) = 40 from per_device_batch_size=1 max_target_length=40"),
+        (["eval_interval=2", "eval_per_device_batch_size=0.5", "max_target_length=16", "per_device_batch_size=1"], None),
+        (["eval_interval=2", "eval_per_device_batch_size=1", "max_target_length=24", "per_device_batch_size=2"],
+         "the eval GEMM mlp/wi_0 has M (tokens) = 24 from eval_per_device_batch_size=1 max_target_length=24"),
+    ],
+)
+def test_gemm_dims_nvfp4_cannot_block_fail_at_load(overrides: list[str], expected: str | None) -> None:
+  args = ["quantization=te_nvfp4", "nvfp4_backend=emulated", *overrides]
+  if expected is None:  # 1 device x 0.5 -> maxtext rounds the eval batch up to 1 sequence of 16 tokens: fine
+    _load(TINY_YML, *args)
+    return
+  message = _error(*args)
+  assert message.startswith(f"quantization=te_nvfp4: {expected}"), message
+  assert _load(TINY_YML, "quantization=fp8", *overrides).quantization == "fp8"  # only NVFP4 modes are checked
+  assert _load(TINY_YML, "quantization=te_nvfp4", "nvfp4_mlp_precision=bf16", *overrides)  # nothing in NVFP4
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        (["nvfp4_bf16_first_layers=-1"], "nvfp4_bf16_first_layers=-1 is negative"),
+        (["nvfp4_bf16_last_layers=3"], "nvfp4_bf16_first_layers=0 + nvfp4_bf16_last_layers=3 exceeds the 2 decoder"),
+        (["nvfp4_bf16_first_layers=1", "nvfp4_bf16_last_layers=1"], "= all 2 decoder layers puts no GEMM in NVFP4"),
+        (["nvfp4_bf16_from_step=0"], "nvfp4_bf16_from_step=0 runs every GEMM in BF16 from the first step"),
+        (["nvfp4_bf16_forward_from_step=-2"], "nvfp4_bf16_forward_from_step=-2 is negative"),
+        (["shard_mode=explicit"], "quantization=te_nvfp4 with shard_mode=explicit"),
+    ],
+)
+def test_bad_recipe_keys_fail_at_load(overrides: list[str], expected: str) -> None:
+  assert expected in _error("quantization=te_nvfp4", "nvfp4_backend=emulated", *overrides)
+
+
+def test_recipe_keys_load() -> None:
+  config = _load(TINY_YML, "quantization=te_nvfp4", "nvfp4_bf16_last_layers=1", "nvfp4_bf16_from_step=10",
+                 "nvfp4_bf16_forward_from_step=5")
+  assert (config.nvfp4_bf16_last_layers, config.nvfp4_bf16_from_step, config.nvfp4_bf16_forward_from_step) == (1, 10, 5)

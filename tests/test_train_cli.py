@@ -18,12 +18,15 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import os
 import pathlib
 import re
+import subprocess
+import sys
 
 import pytest
 
-from tests.conftest import Run, read_losses
+from tests.conftest import REPO_ROOT, Run, read_losses
 
 # absl's log-line prefix, e.g. "W1121 05:10:33.552683 139984521096064 pyconfig.py:270] ...".
 _ABSL_LINE = re.compile(r"^[IWEF]\d{4} ")
@@ -83,24 +86,40 @@ def test_tiny_trains_via_file_with_plugin_keys(run_train, tmp_path: pathlib.Path
         ("nvfp4_bakend=te", ["unknown config key 'nvfp4_bakend'", "did you mean 'nvfp4_backend'"]),
         ("nvfp4_stochastic_rounding=maybe", ["nvfp4_stochastic_rounding='maybe'", "valid boolean"]),
         ("quantization=bogus", ["quantization='bogus'", "valid choices:", "'fp8'", "'te_nvfp4'"]),
+        ("quantization=te_nvfp4 base_mlp_dim=200", ["mlp/wi_0 has N = 200 from mlp_dim=200 (base_mlp_dim=200)"]),
+        ("quantization=te_nvfp4 max_target_length=40 per_device_batch_size=1",
+         ["M (tokens) = 40 from per_device_batch_size=1 max_target_length=40", "e.g. 48"]),
     ],
-    ids=["misspelt_key", "wrong_type", "bad_quantization"],
+    ids=["misspelt_key", "wrong_type", "bad_quantization", "mlp_dim", "tokens"],
 )
 def test_bad_config_fails_in_one_line(run_train, tmp_path: pathlib.Path, override: str, expected: list[str]) -> None:
   """A bad key or value exits 2 with one `config error` line naming it, and no traceback.
 
   Each kind of error's wording is covered in-process by test_config.py; these check the CLI plumbing.
   """
-  run = run_train([f"base_output_directory={tmp_path}", override], timeout=120)
+  run = run_train([f"base_output_directory={tmp_path}", *override.split()], timeout=120)
   assert run.returncode == 2, run.stderr[-3000:]
   assert "Traceback" not in run.stderr
   lines = [line for line in run.stderr.splitlines() if line.strip()]
-  assert len(lines) <= 3, lines  # Our line plus at most maxtext's own short log lines.
+  assert len(lines) <= 5, lines  # Our line plus at most maxtext's and jax's own short log lines.
   errors = [line for line in lines if line.startswith("MaxText.train: config error: ")]
   assert len(errors) == 1, lines
   for text in expected:
     assert text in errors[0], errors[0]
   assert all(_ABSL_LINE.match(line) for line in lines if line not in errors), lines
+
+
+@pytest.mark.slow
+def test_missing_base_config_named_and_traceback_on_request(tmp_path: pathlib.Path, jax_cache_dir) -> None:
+  """The one line names the missing base_config and its includer; NVFP4_CONFIG_TRACEBACK=1 adds the traceback."""
+  child = tmp_path / "child.yml"
+  child.write_text('base_config: "nothere.yml"\nsteps: 3\n', encoding="utf-8")
+  for env, traceback in (({}, False), ({"NVFP4_CONFIG_TRACEBACK": "1"}, True)):
+    proc = subprocess.run([sys.executable, "-m", "MaxText.train", str(child)], cwd=REPO_ROOT, capture_output=True,
+                          text=True, timeout=120, check=False, env=dict(os.environ, JAX_PLATFORMS="cpu", **env))
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert f"MaxText.train: config error: config file not found: base_config 'nothere.yml' of {child}" in proc.stderr
+    assert ("Traceback" in proc.stderr) is traceback, proc.stderr[-3000:]
 
 
 @pytest.mark.slow
