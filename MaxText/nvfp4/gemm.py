@@ -11,7 +11,8 @@ they are the gradient of (y: x's dtype). The residuals saved for the backward pa
 wgrad/dgrad operands, named "quantization" (checkpoint_name) for maxtext's remat policies.
 
 The four parts, as in qwix's dot_general_qt: `nvfp4_dot_general` (public, any dimension numbers without
-batch dims) -> `_matmul` (2D, custom_vjp) = `_matmul_fwd` + `_matmul_bwd`.
+batch dims) -> `_matmul` (custom_vjp on lhs and rhs as given; `_Layout` maps them onto the 2D x . W and the
+gradients back) = `_matmul_fwd` + `_matmul_bwd`.
 """
 
 import dataclasses
@@ -64,45 +65,93 @@ def _nt_product(a: BlockScaled, b: BlockScaled) -> jax.Array:
   return dot * ((a.amax / TENSOR_SCALE_RANGE) * (b.amax / TENSOR_SCALE_RANGE))
 
 
+@dataclasses.dataclass(frozen=True)
+class _Layout:
+  """How lhs and rhs map onto the 2D GEMM x (M x K) . w (K x N) and back; static (hashable) for custom_vjp."""
+
+  dimension_numbers: DimensionNumbers
+  lhs_shape: tuple[int, ...]
+  rhs_shape: tuple[int, ...]
+  lhs_perm: tuple[int, ...]  # lhs free dims, then its contracting dims
+  rhs_perm: tuple[int, ...]  # rhs contracting dims, then its free dims
+  k: int
+  w_dtype: jnp.dtype  # dW takes the kernel's dtype (f32 master weights)
+
+  @property
+  def out_shape(self) -> tuple[int, ...]:
+    """lhs free dims + rhs free dims, as jax.lax.dot_general orders them."""
+    n_contracting = len(self.dimension_numbers[0][0])
+    return (tuple(self.lhs_shape[d] for d in self.lhs_perm[:len(self.lhs_shape) - n_contracting])
+            + tuple(self.rhs_shape[d] for d in self.rhs_perm[n_contracting:]))
+
+  def matrices(self, lhs: jax.Array, rhs: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(x, w) = lhs as (M, K), rhs as (K, N)."""
+    return (jnp.transpose(lhs, self.lhs_perm).reshape(-1, self.k),
+            jnp.transpose(rhs, self.rhs_perm).reshape(self.k, -1))
+
+  def unmatrices(self, dx: jax.Array, dw: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """The inverse of `matrices` (exact: a reshape and a transpose), for the gradients."""
+    dx = jnp.transpose(dx.reshape([self.lhs_shape[d] for d in self.lhs_perm]), np.argsort(self.lhs_perm))
+    dw = jnp.transpose(dw.reshape([self.rhs_shape[d] for d in self.rhs_perm]), np.argsort(self.rhs_perm))
+    return dx, dw
+
+
 _Residuals = tuple[BlockScaled, BlockScaled, jax.Array | None]
 
 
-def _matmul_fwd(
-    x: jax.Array, w: jax.Array, key: jax.Array | None, recipe: GemmRecipe, w_dtype: jnp.dtype
-) -> tuple[jax.Array, _Residuals]:
-  """fprop, and the quantized operands the backward pass needs (x^T along M with RHT; W along N)."""
-  del w_dtype  # static; the backward pass casts dW to it
+def _fprop_nvfp4(x: jax.Array, wq_dgrad: BlockScaled, w: jax.Array, recipe: GemmRecipe) -> jax.Array:
+  """y = x . W on NVFP4 operands: x 1D along K; W the dgrad copy's 2D tiles transposed, or 1D along K."""
   xq = _quantized(x, Scaling.ONE_D)  # (M, K) along K
   if recipe.weight_2d:
-    wq_dgrad = _quantized(w, Scaling.TWO_D)  # (K, N): tiles shared by both orientations
     wq_fprop = BlockScaled(wq_dgrad.values.T, wq_dgrad.amax)  # (N, K): the forward sees the same weight
   else:
     wq_fprop = _quantized(w.T, Scaling.ONE_D)  # (N, K) along K
-    wq_dgrad = _quantized(w, Scaling.ONE_D)  # (K, N) along N
-  y = _nt_product(xq, wq_fprop).astype(x.dtype)
+  return _nt_product(xq, wq_fprop).astype(x.dtype)
+
+
+def _matmul_fwd(
+    lhs: jax.Array, rhs: jax.Array, key: jax.Array | None, forward_bf16: jax.Array | None, layout: _Layout,
+    recipe: GemmRecipe
+) -> tuple[jax.Array, _Residuals]:
+  """fprop, and the quantized operands the backward pass needs (x^T along M with RHT; W along N).
+
+  With forward_bf16 (a traced bool) the output is the unquantized `lax.dot_general(lhs, rhs)` instead, picked by
+  `lax.cond` so that only one of the two forward GEMMs runs; the residuals are the same either way.
+  """
+  x, w = layout.matrices(lhs, rhs)
+  wq_dgrad = _quantized(w, Scaling.TWO_D if recipe.weight_2d else Scaling.ONE_D)  # (K, N): along N
+  if forward_bf16 is None:
+    y = _fprop_nvfp4(x, wq_dgrad, w, recipe).reshape(layout.out_shape)
+  else:
+    y = jax.lax.cond(
+        forward_bf16,
+        lambda: jax.lax.dot_general(lhs, rhs, layout.dimension_numbers).astype(lhs.dtype),
+        lambda: _fprop_nvfp4(x, wq_dgrad, w, recipe).reshape(layout.out_shape))
   xq_wgrad = _quantized(x.T, Scaling.ONE_D, rht=recipe.rht)  # (K, M) along M
   return y, (checkpoint_name(xq_wgrad, QUANTIZATION_NAME), checkpoint_name(wq_dgrad, QUANTIZATION_NAME), key)
 
 
 def _matmul_bwd(
-    recipe: GemmRecipe, w_dtype: jnp.dtype, residuals: _Residuals, dy: jax.Array
-) -> tuple[jax.Array, jax.Array, None]:
+    layout: _Layout, recipe: GemmRecipe, residuals: _Residuals, dy: jax.Array
+) -> tuple[jax.Array, jax.Array, None, None]:
   """dgrad dY . W^T and wgrad x^T . dY; dY is quantized twice (along N; along M with RHT), both with SR.
 
-  dY has y's dtype, which is x's, so dx takes dy.dtype; dW takes the kernel's dtype (f32 master weights).
+  dY has y's dtype, which is lhs's, so dx takes dy.dtype; dW takes the kernel's dtype (f32 master weights).
   """
   xq_wgrad, wq_dgrad, key = residuals
+  dy = dy.reshape(-1, wq_dgrad.values.shape[1])  # (M, N)
   key_dgrad, key_wgrad = jax.random.split(key) if recipe.stochastic_rounding else (None, None)
   dyq = _quantized(dy, Scaling.ONE_D, key=key_dgrad)  # (M, N) along N
   dx = _nt_product(dyq, wq_dgrad).astype(dy.dtype)  # (M, N) . (K, N)^T
   dyq_t = _quantized(dy.T, Scaling.ONE_D, rht=recipe.rht, key=key_wgrad)  # (N, M) along M
-  dw = _nt_product(xq_wgrad, dyq_t).astype(w_dtype)  # (K, M) . (N, M)^T
-  return dx, dw, None
+  dw = _nt_product(xq_wgrad, dyq_t).astype(layout.w_dtype)  # (K, M) . (N, M)^T
+  return (*layout.unmatrices(dx, dw), None, None)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
-def _matmul(x: jax.Array, w: jax.Array, key: jax.Array | None, recipe: GemmRecipe, w_dtype: jnp.dtype) -> jax.Array:
-  return _matmul_fwd(x, w, key, recipe, w_dtype)[0]
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5))
+def _matmul(lhs: jax.Array, rhs: jax.Array, key: jax.Array | None, forward_bf16: jax.Array | None, layout: _Layout,
+            recipe: GemmRecipe) -> jax.Array:
+  return _matmul_fwd(lhs, rhs, key, forward_bf16, layout, recipe)[0]
 
 
 _matmul.defvjp(_matmul_fwd, _matmul_bwd)
@@ -139,8 +188,18 @@ def nvfp4_dot_general(
     *,
     key: jax.Array | None,
     recipe: GemmRecipe = GemmRecipe(),
+    forward_bf16: jax.Array | bool = False,
 ) -> jax.Array:
   """`jax.lax.dot_general` for y = lhs . rhs with NVFP4 operands in fprop, dgrad and wgrad.
+
+  `forward_bf16` is the paper's late switch of the forward pass to high precision (NVFP4_SPEC.md §7): a bool
+  scalar that may be traced (e.g. `step >= switch_step` under jit, compiled once). When true the output is
+  `jax.lax.dot_general(lhs, rhs, dimension_numbers)` cast to lhs.dtype, bit for bit the unquantized GEMM
+  maxtext runs (in lhs's dtype when rhs has it too), while dgrad and wgrad stay NVFP4 with the same quantized
+  residuals and the same use of `key`. The two forward GEMMs are alternatives under `jax.lax.cond`, not a
+  select: a select would run both every step (the NVFP4 forward GEMM plus its quantization of x along K, and
+  the unquantized GEMM), a cond runs one; the residual quantizations, needed by either branch, sit outside it.
+  Under vmap the cond becomes a select (both run), with the same results.
 
   Args:
     lhs: activations, e.g. (batch, seq, embed); any float dtype; the output takes its dtype.
@@ -148,20 +207,28 @@ def nvfp4_dot_general(
     dimension_numbers: ((lhs_contracting, rhs_contracting), ((), ())), as DenseGeneral passes.
     key: PRNG key for the stochastic rounding of this call's output gradient (None only without SR).
     recipe: the recipe switches.
+    forward_bf16: bool scalar (Python or traced): forward output unquantized, gradients still NVFP4. False
+      (the Python constant, the default) traces exactly today's GEMM, with no conditional.
 
   Returns:
     lhs free dims + rhs free dims, as jax.lax.dot_general orders them.
 
   Raises:
     NotImplementedError: batch dimensions.
-    ValueError: M (product of lhs free dims), K or N not a multiple of 16.
+    ValueError: M (product of lhs free dims), K or N not a multiple of 16; forward_bf16 not a scalar.
   """
   lhs_c, rhs_c, k = _check_dims(lhs, rhs, dimension_numbers)
   if recipe.stochastic_rounding and key is None:
     raise ValueError("nvfp4_dot_general: recipe.stochastic_rounding=True needs a PRNG key; got key=None.")
-  lhs_free = [d for d in range(lhs.ndim) if d not in lhs_c]
-  rhs_free = [d for d in range(rhs.ndim) if d not in rhs_c]
-  out_shape = tuple(lhs.shape[d] for d in lhs_free) + tuple(rhs.shape[d] for d in rhs_free)
-  x = jnp.transpose(lhs, lhs_free + list(lhs_c)).reshape(-1, k)
-  w = jnp.transpose(rhs, list(rhs_c) + rhs_free).reshape(k, -1)
-  return _matmul(x, w, key, recipe, jnp.dtype(rhs.dtype)).reshape(out_shape)
+  lhs_free = tuple(d for d in range(lhs.ndim) if d not in lhs_c)
+  rhs_free = tuple(d for d in range(rhs.ndim) if d not in rhs_c)
+  layout = _Layout(dimension_numbers=((lhs_c, rhs_c), ((), ())), lhs_shape=tuple(lhs.shape),
+                   rhs_shape=tuple(rhs.shape), lhs_perm=lhs_free + lhs_c, rhs_perm=rhs_c + rhs_free, k=k,
+                   w_dtype=jnp.dtype(rhs.dtype))
+  if isinstance(forward_bf16, bool) and not forward_bf16:
+    flag = None  # the common case traces no conditional at all
+  else:
+    flag = jnp.asarray(forward_bf16, jnp.bool_)
+    if flag.shape:
+      raise ValueError(f"nvfp4_dot_general: forward_bf16 must be a scalar boolean, got shape {flag.shape}.")
+  return _matmul(lhs, rhs, key, flag, layout, recipe)
