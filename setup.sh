@@ -1,26 +1,37 @@
 #!/usr/bin/env bash
-# Creates .venv/ in this repository and installs the pinned set: requirements.txt (CPU, always),
-# requirements-tfds.txt (TensorFlow for the TFDS test, always, into .venv/tfds-site: see that file) and,
-# with --gpu, requirements-gpu.txt (CUDA jax, TransformerEngine, tensorflow-datasets).
+# Creates a virtual environment (default .venv/ in this repository) with the pinned set, then installs this
+# project into it, editable (`pip install --no-deps -e .`), so `python -m MaxText.train` works from any directory.
 #
-# Usage: ./setup.sh [--gpu]
+# Usage: ./setup.sh [--gpu] [--venv DIR]        (or VENV=DIR ./setup.sh ...; DIR relative to the current directory)
 #
+#   always:  requirements.txt, the CPU lock, with --no-deps.
+#   CPU:     requirements-tfds.txt (TensorFlow, for the TFDS test only) into DIR/tfds-site, off the training path.
+#   --gpu:   requirements-tfds.txt into the venv itself (the cluster recipes read C4 through TFDS), then
+#            requirements-gpu.txt: CUDA 12 jax and TransformerEngine from wheels, and TE's JAX extension built from
+#            source against those wheels (no CUDA toolkit needed; ~11 min on 2 cores the first time, pip caches it).
 # Python: maxtext needs >= 3.12. Tried in order: $PYTHON, python3.13, python3.12, then pyenv's installed
 # versions (newest first). A candidate counts only if it actually runs and reports >= 3.12.
-# Idempotent: a stamp in .venv records a hash of the requirement files; a second run with nothing changed
-# returns in seconds.
+# Idempotent: a stamp in the venv records a hash of the requirement files and pyproject.toml; a second run with
+# nothing changed returns in seconds.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-venv="$here/.venv"
+venv="${VENV:-$here/.venv}"
 gpu=0
-for arg in "$@"; do
-  case "$arg" in
+while (( $# )); do
+  case "$1" in
     --gpu) gpu=1 ;;
-    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
-    *) echo "setup.sh: unknown argument '$arg' (valid: --gpu)" >&2; exit 2 ;;
+    --venv)
+      [[ $# -ge 2 && -n "$2" ]] || { echo "setup.sh: --venv needs a directory, e.g. --venv .venv-gpu" >&2; exit 2; }
+      venv="$2"; shift ;;
+    --venv=*) venv="${1#--venv=}" ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    *) echo "setup.sh: unknown argument '$1' (valid: --gpu, --venv DIR)" >&2; exit 2 ;;
   esac
+  shift
 done
+[[ "$venv" == /* ]] || venv="$PWD/$venv"
+name="${venv/#$here\//}"  # short name for messages
 
 # Prints "major.minor" of a working interpreter, or nothing.
 py_version() {
@@ -53,14 +64,14 @@ find_python() {
   return 1
 }
 
-reqs=("$here/requirements.txt" "$here/requirements-tfds.txt")
+reqs=("$here/requirements.txt" "$here/requirements-tfds.txt" "$here/pyproject.toml")
 (( gpu )) && reqs+=("$here/requirements-gpu.txt")
 stamp_value="$(cat "${reqs[@]}" | sha256sum | cut -d' ' -f1) gpu=$gpu"
 stamp="$venv/.setup-stamp"
 
 if [[ -x "$venv/bin/python" && -f "$stamp" && "$(cat "$stamp")" == "$stamp_value" ]] \
    && version_ok "$(py_version "$venv/bin/python")"; then
-  echo "setup.sh: .venv is up to date ($(py_version "$venv/bin/python"), requirements unchanged)"
+  echo "setup.sh: $name is up to date ($(py_version "$venv/bin/python"), requirements unchanged)"
   exit 0
 fi
 
@@ -71,7 +82,7 @@ if [[ ! -x "$venv/bin/python" ]] || ! version_ok "$(py_version "$venv/bin/python
          "or point PYTHON=/path/to/python3.12 at one." >&2
     exit 1
   fi
-  echo "setup.sh: creating .venv with $python ($(py_version "$python"))"
+  echo "setup.sh: creating $name with $python ($(py_version "$python"))"
   rm -rf "$venv"
   "$python" -m venv "$venv"
 fi
@@ -79,13 +90,52 @@ fi
 pip=("$venv/bin/python" -m pip --disable-pip-version-check)
 echo "setup.sh: installing requirements.txt (CPU set, --no-deps lock)"
 "${pip[@]}" install -q --no-deps -r "$here/requirements.txt"
-# A folder of its own, emptied first: pip --target does not replace what an older set left there.
-echo "setup.sh: installing requirements-tfds.txt into .venv/tfds-site (TensorFlow for the TFDS test only)"
-rm -rf "$venv/tfds-site"
-"${pip[@]}" install -q --no-deps --target "$venv/tfds-site" -r "$here/requirements-tfds.txt"
+
+tfds_hash="$(sha256sum < "$here/requirements-tfds.txt" | cut -d' ' -f1)"
 if (( gpu )); then
-  echo "setup.sh: installing requirements-gpu.txt (CUDA jax, TransformerEngine, tensorflow-datasets)"
-  "${pip[@]}" install -q -r "$here/requirements-gpu.txt"
+  echo "setup.sh: installing requirements-tfds.txt into $name (TensorFlow for maxtext's TFDS input pipeline)"
+  "${pip[@]}" install -q --no-deps -r "$here/requirements-tfds.txt"
+  # Stage 1: the wheels, resolved (they bring their own NVIDIA libraries); TE's JAX extension is stage 2.
+  gpu_wheels="$(mktemp)"
+  trap 'rm -f "$gpu_wheels"' EXIT
+  grep -v -i '^transformer-engine-jax==' "$here/requirements-gpu.txt" > "$gpu_wheels"
+  te_jax="$(grep -i '^transformer-engine-jax==' "$here/requirements-gpu.txt" | sed 's/[[:space:]]*#.*//')"
+  [[ -n "$te_jax" ]] || { echo "setup.sh: requirements-gpu.txt pins no transformer-engine-jax==VERSION" >&2; exit 1; }
+  echo "setup.sh: installing requirements-gpu.txt (CUDA 12 jax, TransformerEngine wheels, build tools)"
+  "${pip[@]}" install -q -r "$gpu_wheels"
+  # Stage 2: transformer_engine_jax is published as source only. NVTE_BUILD_USE_NVIDIA_WHEELS=1 builds it against
+  # the nvidia-* wheels just installed (headers and libraries) instead of a system CUDA toolkit; no build
+  # isolation, so the build sees them; no deps, because stage 1 installed them. pip caches the built wheel.
+  if "$venv/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('transformer-engine-jax') != sys.argv[1])" \
+       "${te_jax#*==}" 2>/dev/null; then
+    echo "setup.sh: $te_jax already installed"
+  else
+    echo "setup.sh: building $te_jax against the CUDA wheels (first time ~11 min on 2 cores; then pip's cache)"
+    NVTE_BUILD_USE_NVIDIA_WHEELS=1 NVTE_FRAMEWORK=jax "${pip[@]}" install -q --no-build-isolation --no-deps "$te_jax"
+  fi
+  # Without a CUDA toolkit, TE 2.20.2's loader (transformer_engine/common/__init__.py) looks for libcudart under
+  # site-packages/nvidia/cudart or nvidia/cuda_cudart, but the CUDA 12 runtime wheel installs it under
+  # nvidia/cuda_runtime: `import transformer_engine` then fails with "cudart shared object not found". A link
+  # under the name TE looks for, inside this venv only.
+  nvidia_dir="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/nvidia"
+  if [[ -d "$nvidia_dir/cuda_runtime" && ! -e "$nvidia_dir/cudart" && ! -e "$nvidia_dir/cuda_cudart" ]]; then
+    ln -s cuda_runtime "$nvidia_dir/cudart"
+  fi
+  if te_check="$("$venv/bin/python" -c 'import transformer_engine.jax' 2>&1)"; then
+    echo "setup.sh: import transformer_engine.jax: ok"
+  else
+    echo "setup.sh: import transformer_engine.jax fails here (expected on a machine without an NVIDIA driver):" \
+         "$(tail -n 1 <<< "$te_check")"
+  fi
+elif [[ ! -f "$venv/tfds-site/.setup-stamp" || "$(cat "$venv/tfds-site/.setup-stamp")" != "$tfds_hash" ]]; then
+  # A folder of its own, emptied first: pip --target does not replace what an older set left there.
+  echo "setup.sh: installing requirements-tfds.txt into $name/tfds-site (TensorFlow for the TFDS test only)"
+  rm -rf "$venv/tfds-site"
+  "${pip[@]}" install -q --no-deps --target "$venv/tfds-site" -r "$here/requirements-tfds.txt"
+  mkdir -p "$venv/tfds-site" && echo "$tfds_hash" > "$venv/tfds-site/.setup-stamp"
 fi
+
+echo "setup.sh: installing this project into $name (pip install --no-deps -e .)"
+"${pip[@]}" install -q --no-deps -e "$here"
 echo "$stamp_value" > "$stamp"
 echo "setup.sh: done; use $venv/bin/python"

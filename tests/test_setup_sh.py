@@ -12,7 +12,13 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 
-"""setup.sh's interpreter search, run on a copy in a temp dir with fake interpreters (the real .venv is never touched)."""
+"""setup.sh on a copy in a temp dir with fake interpreters (the real .venv is never touched).
+
+Its interpreter search and arguments; and, with a fake Python whose `-m venv` and `-m pip` only record what they
+were asked, the order and flags of the installs (`--gpu`'s two TE stages, `--venv`, the editable project) and that
+a second run with nothing changed installs nothing. The real installs are exercised by `make test-te`, which builds
+.venv-gpu with `./setup.sh --gpu --venv .venv-gpu`.
+"""
 
 from __future__ import annotations
 
@@ -41,7 +47,7 @@ def sandbox(tmp_path: pathlib.Path) -> dict[str, pathlib.Path]:
   """A copy of setup.sh and its requirement files, a PATH of basic tools plus fake interpreters, an empty pyenv."""
   repo = tmp_path / "repo"
   repo.mkdir()
-  for name in ("setup.sh", "requirements.txt", "requirements-tfds.txt", "requirements-gpu.txt"):
+  for name in ("setup.sh", "requirements.txt", "requirements-tfds.txt", "requirements-gpu.txt", "pyproject.toml"):
     shutil.copy2(REPO_ROOT / name, repo / name)
   bin_dir = tmp_path / "bin"
   bin_dir.mkdir()
@@ -87,4 +93,96 @@ def test_refuses_python_older_than_3_12(sandbox: dict[str, pathlib.Path]) -> Non
 def test_rejects_unknown_arguments(sandbox: dict[str, pathlib.Path]) -> None:
   proc = _run_setup(sandbox, "--cpu")
   assert proc.returncode == 2
-  assert "unknown argument '--cpu' (valid: --gpu)" in proc.stderr
+  assert "unknown argument '--cpu' (valid: --gpu, --venv DIR)" in proc.stderr
+  proc = _run_setup(sandbox, "--venv")
+  assert proc.returncode == 2
+  assert "--venv needs a directory" in proc.stderr
+
+
+# A Python 3.12 that creates venvs by copying itself and logs every pip call (with the TE build variable) to
+# $FAKE_LOG; it answers setup.sh's other one-line questions like a fresh venv without TE would.
+_RECORDING_PYTHON = r"""#!/bin/sh
+case "$1" in
+  -m)
+    case "$2" in
+      venv) mkdir -p "$3/bin" && cp "$0" "$3/bin/python" && exit 0 ;;
+      pip) shift 2; echo "pip NVTE=${NVTE_BUILD_USE_NVIDIA_WHEELS:-} $*" >> "$FAKE_LOG"; exit 0 ;;
+    esac ;;
+  -c)
+    case "$2" in
+      *version_info*) echo "3.12"; exit 0 ;;
+      *sysconfig*) echo "$FAKE_SITE"; exit 0 ;;
+      *importlib.metadata*) exit 1 ;;
+      *transformer_engine*) echo "OSError: libcuda.so.1: cannot open shared object file" >&2; exit 1 ;;
+    esac ;;
+esac
+echo "recording python: unexpected arguments: $*" >&2
+exit 3
+"""
+
+
+@pytest.fixture()
+def recording(sandbox: dict[str, pathlib.Path]) -> dict[str, pathlib.Path]:
+  """The sandbox plus the recording Python as $PYTHON, the tools setup.sh's install path uses, and a fake
+  site-packages with the CUDA 12 runtime wheel's folder (nvidia/cuda_runtime)."""
+  for tool in ("mkdir", "cp", "grep", "mktemp", "tail", "ln", "sha256sum"):
+    link = sandbox["bin"] / tool
+    if not link.exists():
+      found = shutil.which(tool)
+      assert found, f"test needs {tool} on PATH"
+      link.symlink_to(found)
+  python = _fake_python(sandbox["bin"] / "python3.12", _RECORDING_PYTHON.split("\n", 1)[1])
+  site = sandbox["home"] / "site"
+  (site / "nvidia" / "cuda_runtime" / "lib").mkdir(parents=True)
+  return {**sandbox, "python": python, "log": sandbox["home"] / "pip.log", "site": site}
+
+
+def _run_recorded(rec: dict[str, pathlib.Path], *args: str, venv_env: str | None = None) -> tuple[int, str, list[str]]:
+  env = {"PATH": str(rec["bin"]), "PYTHON": str(rec["python"]), "PYENV_ROOT": str(rec["pyenv"]),
+         "HOME": str(rec["home"]), "FAKE_LOG": str(rec["log"]), "FAKE_SITE": str(rec["site"])}
+  if venv_env is not None:
+    env["VENV"] = venv_env
+  rec["log"].unlink(missing_ok=True)
+  proc = subprocess.run([shutil.which("bash") or "bash", str(rec["repo"] / "setup.sh"), *args], env=env,
+                        cwd=rec["home"], capture_output=True, text=True, timeout=60, check=False)
+  calls = rec["log"].read_text(encoding="utf-8").splitlines() if rec["log"].exists() else []
+  return proc.returncode, proc.stdout + proc.stderr, calls
+
+
+def test_gpu_install_order_and_flags(recording: dict[str, pathlib.Path]) -> None:
+  rc, out, calls = _run_recorded(recording, "--gpu", "--venv", "gpu-env")
+  assert rc == 0, out
+  venv = recording["home"] / "gpu-env"  # relative to the current directory
+  assert (venv / "bin" / "python").exists() and (venv / ".setup-stamp").exists(), out
+  repo = recording["repo"]
+  assert len(calls) == 5, calls
+  assert calls[0].endswith(f"install -q --no-deps -r {repo}/requirements.txt"), calls[0]
+  assert calls[1].endswith(f"install -q --no-deps -r {repo}/requirements-tfds.txt"), calls[1]  # into the venv
+  assert calls[2].startswith("pip NVTE= ") and "install -q -r " in calls[2], calls[2]  # stage 1: resolved wheels
+  stage1 = pathlib.Path(calls[2].rsplit(" ", 1)[1])
+  assert not stage1.exists()  # a temp file, removed on exit
+  assert calls[3] == "pip NVTE=1 --disable-pip-version-check install -q --no-build-isolation --no-deps " \
+                     "transformer-engine-jax==2.20.2", calls[3]
+  assert calls[4].endswith(f"install -q --no-deps -e {repo}"), calls[4]
+  assert (recording["site"] / "nvidia" / "cudart").resolve() == recording["site"] / "nvidia" / "cuda_runtime"
+  assert "import transformer_engine.jax fails here" in out and "libcuda.so.1" in out, out
+  assert not (venv / "tfds-site").exists()  # --gpu puts TensorFlow in the venv itself
+
+  rc, out, calls = _run_recorded(recording, "--gpu", venv_env="gpu-env")  # VENV= names the same venv
+  assert rc == 0 and calls == [] and "is up to date" in out, (out, calls)
+
+
+def test_cpu_install_targets_venv_and_tfds_site(recording: dict[str, pathlib.Path]) -> None:
+  rc, out, calls = _run_recorded(recording, venv_env=str(recording["home"] / "cpu-env"))
+  assert rc == 0, out
+  repo, venv = recording["repo"], recording["home"] / "cpu-env"
+  assert [c.split(" install ", 1)[1] for c in calls] == [
+      f"-q --no-deps -r {repo}/requirements.txt",
+      f"-q --no-deps --target {venv}/tfds-site -r {repo}/requirements-tfds.txt",
+      f"-q --no-deps -e {repo}",
+  ], calls
+  rc, out, calls = _run_recorded(recording, "--venv", str(venv))
+  assert rc == 0 and calls == [] and "is up to date" in out, (out, calls)
+  (repo / "pyproject.toml").write_text((repo / "pyproject.toml").read_text() + "\n# changed\n")
+  rc, out, calls = _run_recorded(recording, "--venv", str(venv))  # the project changed: lock + project, not TF
+  assert rc == 0 and len(calls) == 2 and calls[1].endswith(f"-e {repo}"), (out, calls)
