@@ -25,7 +25,11 @@ Why the comparison reads TensorBoard events: the runs evaluate, and maxtext rewr
 logs a record with step 0, which every eval pass does; the compare module then falls back to the TensorBoard
 events, which hold every training step (it records the source it used in report.json).
 
-Layout of the output dir: runs/<name>/ (train.log, metrics.jsonl, tensorboard/), jax_cache/, and the report files.
+Layout of the output dir: runs/<name>/ (train.log, metrics.jsonl, tensorboard/, precision_plan.json, machine.json),
+jax_cache/, and the report files. A rerun first deletes the previous report files and every run folder it is not
+about to retrain, so nothing stale mixes into the new report; `--smoke` writes to `<out>-smoke` so it never replaces
+a full run's report. machine.json records the machine load around each run (MaxText/compare/runinfo.py), which the
+report uses to say whether step times were measured on a busy machine.
 """
 
 from __future__ import annotations
@@ -44,6 +48,8 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
+from MaxText.compare import report as compare_report
+from MaxText.compare import runinfo
 from MaxText.data import corpus
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -91,6 +97,8 @@ PRECISION_NAMES = tuple(p.name for p in PRECISIONS)
 SMOKE_STEPS = 4
 SMOKE_PRECISIONS = (BASELINE, "te_nvfp4")
 SMOKE_OVERRIDES = ("max_target_length=64", "per_device_batch_size=2", "eval_interval=2", "eval_steps=1")
+#: `--smoke` writes to `<out>` + this suffix (results/quickstart -> results/quickstart-smoke).
+SMOKE_SUFFIX = "-smoke"
 
 # maxtext's per-step log lines (absl, stderr): "completed step: 12, seconds: 0.243, ..., loss: 7.123, lm_loss: ..."
 # and "Completed eval after train step 75, loss=7.480, perplexity=...".
@@ -209,6 +217,7 @@ def train(
   env.setdefault("JAX_PLATFORMS", "cpu")  # the quickstart measures the CPU (emulated) path unless told otherwise
   progress = RunProgress(name=precision.name, total_steps=steps, emit=emit)
   log_path = run_dir / "train.log"
+  before, start = runinfo.machine_sample(), time.monotonic()
   with log_path.open("w", encoding="utf-8") as log:
     log.write(" ".join(cmd) + "\n")
     with subprocess.Popen(
@@ -220,6 +229,8 @@ def train(
         log.write(line)
         tail = (tail + [line.rstrip()])[-FAILURE_TAIL_LINES:]
         progress.feed(line)
+  machine = runinfo.machine_record(before, runinfo.machine_sample(), time.monotonic() - start)
+  (run_dir / runinfo.MACHINE_FILE).write_text(json.dumps(machine, indent=2) + "\n", encoding="utf-8")
   if proc.returncode != 0:
     for line in tail:
       emit(f"    | {line}")
@@ -263,11 +274,46 @@ def _parse_args(argv: Iterable[str] | None) -> argparse.Namespace:
       "--precisions", nargs="+", choices=PRECISION_NAMES, default=None,
       help=f"runs to train; {BASELINE} (the baseline) is always one (default: all four)",
   )  # fmt: skip
-  parser.add_argument("--set", dest="overrides", nargs="*", default=[], metavar="KEY=VALUE",
-                      help="extra maxtext overrides for every run")  # fmt: skip
+  parser.add_argument("--set", dest="overrides", nargs="+", default=[], metavar="KEY=VALUE",
+                      help=f"maxtext overrides for the candidates only (every run but {BASELINE})")  # fmt: skip
+  parser.add_argument("--set-baseline", dest="baseline_overrides", nargs="+", default=[], metavar="KEY=VALUE",
+                      help=f"maxtext overrides for the {BASELINE} baseline only")  # fmt: skip
+  parser.add_argument("--set-all", dest="all_overrides", nargs="+", default=[], metavar="KEY=VALUE",
+                      help="maxtext overrides for every run, baseline included (e.g. learning_rate=1e-3)")  # fmt: skip
   parser.add_argument("--smoke", action="store_true",
-                      help=f"check the machinery in ~1 min: {SMOKE_STEPS} steps, {' and '.join(SMOKE_PRECISIONS)}")  # fmt: skip
+                      help=f"check the machinery in ~1-2 min: {SMOKE_STEPS} steps, {' and '.join(SMOKE_PRECISIONS)}; "
+                      f"writes to OUT{SMOKE_SUFFIX} (results/quickstart{SMOKE_SUFFIX}), never over a full run")  # fmt: skip
   return parser.parse_args(None if argv is None else list(argv))
+
+
+def run_overrides(precision: Precision, args: argparse.Namespace) -> list[str]:
+  """The user's overrides for one run: --set-all, then --set (candidates) or --set-baseline (the baseline).
+
+  Why split: an override meant to change the precision under test (say `nvfp4_attention_precision=fp8`) must not
+  change the baseline it is measured against; one meant for the experiment as a whole goes in --set-all.
+  """
+  own = args.baseline_overrides if precision.name == BASELINE else args.overrides
+  return [*args.all_overrides, *own]
+
+
+def output_dir(args: argparse.Namespace) -> Path:
+  """--out, or with --smoke `<out>-smoke`: a smoke check never replaces a full run's report."""
+  return args.out.with_name(args.out.name + SMOKE_SUFFIX) if args.smoke else args.out
+
+
+def clear_stale(out_dir: Path, keep: Sequence[str]) -> list[str]:
+  """Deletes the previous report files and every run folder under out_dir/runs not named in `keep`.
+
+  Returns the names of the run folders deleted. The folders in `keep` are emptied by `train` just before they run.
+  """
+  for name in (compare_report.REPORT_JSON, compare_report.REPORT_MD, compare_report.LOSS_PNG,
+               compare_report.THROUGHPUT_PNG):  # fmt: skip
+    (out_dir / name).unlink(missing_ok=True)
+  runs_dir = out_dir / "runs"
+  stale = sorted(p.name for p in runs_dir.iterdir() if p.is_dir() and p.name not in keep) if runs_dir.is_dir() else []
+  for name in stale:
+    shutil.rmtree(runs_dir / name)
+  return stale
 
 
 def _config_steps(config: Path) -> int:
@@ -294,7 +340,6 @@ def main(argv: Iterable[str] | None = None, emit: Callable[[str], None] | None =
       raise QuickstartError(f"--steps must be >= 1, got {steps}")
     wanted = set(args.precisions or (SMOKE_PRECISIONS if args.smoke else PRECISION_NAMES)) | {BASELINE}
     precisions = [p for p in PRECISIONS if p.name in wanted]
-    extra = [*(SMOKE_OVERRIDES if args.smoke else ()), *args.overrides]
   except QuickstartError as e:
     print(f"error: {e}", file=sys.stderr)
     return 2
@@ -305,23 +350,33 @@ def main(argv: Iterable[str] | None = None, emit: Callable[[str], None] | None =
     else:
       corpus.build_corpus(corpus_dir)
       emit(f"quickstart: built the corpus in {args.corpus} ({format_seconds(time.monotonic() - start)})")
-    out_dir = args.out.resolve()  # the subprocesses run in the repository root
+    out_dir = output_dir(args).resolve()  # the subprocesses run in the repository root
     runs_dir = out_dir / "runs"
+    stale = clear_stale(out_dir, [p.name for p in precisions])
+    if stale:
+      emit(f"quickstart: removed run folders of an earlier run that this one does not retrain: {', '.join(stale)}")
+    emit(f"quickstart: {len(precisions)} runs of {steps} steps, one after the other, into {_shown(str(out_dir))}")
+    durations: list[float] = []
     for i, precision in enumerate(precisions, 1):
       run_start = time.monotonic()
-      emit(f"quickstart: [{i}/{len(precisions)}] {precision.name}: {precision.description}; {steps} steps")
+      extra = [*(SMOKE_OVERRIDES if args.smoke else ()), *run_overrides(precision, args)]
+      shown = f" + {' '.join(extra)}" if extra else ""
+      emit(f"quickstart: [{i}/{len(precisions)}] {precision.name}: {precision.description}; {steps} steps{shown}")
       progress = train(
           precision, config=args.config.resolve(), runs_dir=runs_dir, jax_cache=out_dir / "jax_cache",
           steps=steps, extra=extra, corpus_dir=corpus_dir, emit=emit,
       )  # fmt: skip
+      durations.append(time.monotonic() - run_start)
+      left = len(precisions) - i
+      eta = f"; about {format_seconds(left * sum(durations) / len(durations))} left for {left} more" if left else ""
       emit(
-          f"quickstart: [{i}/{len(precisions)}] {precision.name} finished in "
-          f"{format_seconds(time.monotonic() - run_start)}: last train loss {progress.last_loss:.3f}, "
-          f"last eval loss {progress.last_eval:.3f} (elapsed {format_seconds(time.monotonic() - start)})"
+          f"quickstart: [{i}/{len(precisions)}] {precision.name} finished in {format_seconds(durations[-1])}: "
+          f"last train loss {progress.last_loss:.3f}, last eval loss {progress.last_eval:.3f} "
+          f"(elapsed {format_seconds(time.monotonic() - start)}{eta})"
       )
     compare([p.name for p in precisions], runs_dir, out_dir, emit)
   except (QuickstartError, ValueError) as e:
     print(f"quickstart: error: {e}", file=sys.stderr)
     return 1
-  emit(f"quickstart: done in {format_seconds(time.monotonic() - start)}; report: {args.out / 'report.md'}")
+  emit(f"quickstart: done in {format_seconds(time.monotonic() - start)}; report: {output_dir(args) / 'report.md'}")
   return 0

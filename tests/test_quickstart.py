@@ -92,24 +92,60 @@ def test_bad_arguments_exit_2_with_one_line(tmp_path, capsys):
     quickstart.main(["--precisions", "int8"])
 
 
+def test_set_changes_the_candidates_and_set_baseline_the_baseline():
+  args = quickstart._parse_args(  # pylint: disable=protected-access
+      ["--set", "nvfp4_attention_precision=fp8", "--set-baseline", "remat_policy=full", "--set-all", "learning_rate=1e-3"]
+  )
+  by_name = {p.name: quickstart.run_overrides(p, args) for p in quickstart.PRECISIONS}
+  assert by_name["bf16"] == ["learning_rate=1e-3", "remat_policy=full"]
+  for name in ("fp8", "te_nvfp4", "te_nvfp4_no_rht"):
+    assert by_name[name] == ["learning_rate=1e-3", "nvfp4_attention_precision=fp8"]
+
+
+def test_smoke_writes_to_its_own_folder(tmp_path):
+  parse = quickstart._parse_args  # pylint: disable=protected-access
+  assert quickstart.output_dir(parse([])) == quickstart.DEFAULT_OUT
+  assert quickstart.output_dir(parse(["--smoke"])) == pathlib.Path("results/quickstart-smoke")
+  assert quickstart.output_dir(parse(["--smoke", "--out", str(tmp_path / "x")])) == tmp_path / "x-smoke"
+
+
+def test_rerun_clears_stale_run_folders_and_report_files(tmp_path):
+  for name in ("bf16", "fp8", "te_nvfp4_no_rht"):
+    (tmp_path / "runs" / name).mkdir(parents=True)
+    (tmp_path / "runs" / name / "metrics.jsonl").write_text("{}\n", encoding="utf-8")
+  (tmp_path / "jax_cache").mkdir()
+  for name in ("report.md", "report.json", "loss.png", "throughput.png", "notes.txt"):
+    (tmp_path / name).write_text("old", encoding="utf-8")
+  assert quickstart.clear_stale(tmp_path, ["bf16", "te_nvfp4"]) == ["fp8", "te_nvfp4_no_rht"]
+  assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["bf16"]
+  assert sorted(p.name for p in tmp_path.iterdir()) == ["jax_cache", "notes.txt", "runs"]
+  assert quickstart.clear_stale(tmp_path / "fresh", ["bf16"]) == []  # nothing there yet
+
+
 def test_the_config_sets_what_the_progress_lines_need():
   assert quickstart._config_steps(quickstart.DEFAULT_CONFIG) > 100  # pylint: disable=protected-access
 
 
 @pytest.mark.slow
 def test_smoke_run_writes_the_report(tmp_path):
-  """`scripts/quickstart.py --smoke`: two precisions, 4 steps with evals, then the comparison (about 30 s)."""
-  out = tmp_path / "out"
+  """`scripts/quickstart.py --smoke`: two precisions, 4 steps with evals, then the comparison (1-3 min on 2 cores)."""
+  stale = tmp_path / "out-smoke" / "runs" / "fp8"
+  stale.mkdir(parents=True)
   proc = subprocess.run(
-      [sys.executable, "scripts/quickstart.py", "--smoke", "--out", str(out), "--corpus", str(tmp_path / "corpus")],
-      cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, check=False,
+      [sys.executable, "scripts/quickstart.py", "--smoke", "--out", str(tmp_path / "out"), "--corpus",
+       str(tmp_path / "corpus"), "--set", "nvfp4_attention_precision=fp8"],
+      cwd=REPO_ROOT, capture_output=True, text=True, timeout=600, check=False,
   )  # fmt: skip
   assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+  out = tmp_path / "out-smoke"
+  assert not (tmp_path / "out").exists() and not stale.exists()
   text = proc.stdout
-  assert "quickstart: built the corpus" in text
+  assert "quickstart: built the corpus" in text and "removed run folders of an earlier run" in text
   for i, name in enumerate(quickstart.SMOKE_PRECISIONS, 1):
     assert f"quickstart: [{i}/2] {name}: " in text and f"quickstart: [{i}/2] {name} finished in " in text
+  assert "left for 1 more" in text  # the estimate after the first run
   assert "train loss" in text and "eval after step 2" in text
+  assert "- **te_nvfp4**: " in text and "step time (s), emulation cost" in text
   assert "| bf16 | baseline | 4 |" in text and "| te_nvfp4 | ok | 4 |" in text
   for name in ("report.json", "report.md", "loss.png", "throughput.png"):
     assert (out / name).stat().st_size > 0, name
@@ -122,4 +158,15 @@ def test_smoke_run_writes_the_report(tmp_path):
   assert c.status is Status.OK and c.common_steps == 4
   assert c.step0.within_tolerance  # same initial weights: the bf16 baseline keeps a quant object
   assert json.loads((out / "report.json").read_text(encoding="utf-8"))["comparisons"][0]["final_eval_step"] == 2
-  assert (out / "runs" / "te_nvfp4" / "train.log").read_text(encoding="utf-8").count("completed step:") == 4
+  assert c.final_eval_gap_nats is not None and c.verdict.basis == "eval"
+  # Emulated NVFP4 on CPU: a step-time ratio, never a speedup.
+  assert c.speedup is None and "emulation cost" in c.speedup_withheld and "ran on CPU" in c.speedup_withheld
+  runs = {r.name: r for r in report.runs}
+  assert (runs["te_nvfp4"].backend, runs["te_nvfp4"].nvfp4_gemms, runs["te_nvfp4"].emulated) == ("emulated", 3, True)
+  assert runs["bf16"].nvfp4_gemms == 0 and not runs["bf16"].emulated and runs["bf16"].hardware == "cpu"
+  assert all(r.machine is not None and r.machine.wall_s > 0 and r.machine.run_cpu_s > 0 for r in report.runs)
+  logs = {n: (out / "runs" / n / "train.log").read_text(encoding="utf-8") for n in ("bf16", "te_nvfp4")}
+  assert logs["te_nvfp4"].count("completed step:") == 4
+  # --set reaches the candidate only: the baseline's command line does not carry it.
+  assert "nvfp4_attention_precision=fp8" in logs["te_nvfp4"].splitlines()[0]
+  assert "nvfp4_attention_precision=fp8" not in logs["bf16"].splitlines()[0]

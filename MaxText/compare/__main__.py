@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from MaxText.compare.metrics import RunMetrics, load_run
-from MaxText.compare.report import build_report, markdown_table, write_report
+from MaxText.compare.report import build_report, markdown_summary, write_report
 from MaxText.compare.schema import Report, Settings
 
 _DEFAULTS = Settings()
@@ -70,7 +70,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"error: {e}", file=sys.stderr)
     return 2
   paths = write_report(runs, report, args.out)
-  print(markdown_table(report))
+  print(markdown_summary(report))
   print("wrote " + ", ".join(str(p) for p in paths.values()))
   return 0
 

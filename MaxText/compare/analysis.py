@@ -12,8 +12,12 @@ Conventions (the README repeats them):
   * divergence: a run diverges at the first step whose loss is NaN or +-inf; the gap statistics then use only the
     common steps before the first bad step of either run, and the comparison's status says which run diverged.
   * throughput: medians over steps >= `perf_start_step` (default 1: step 0 includes compilation and first dispatch)
-    with finite values. maxtext's TFLOP/s/device counts model FLOPs, which do not depend on the precision, so its
-    ratio equals the speedup; speedup = baseline median step time / candidate median step time.
+    with finite values. step_time_ratio = baseline median step time / candidate median step time; it is reported as
+    a speedup only where it measures the precision (verdict.speedup_withheld). The ratio of maxtext's TFLOP/s
+    medians is not the same number: a median of per-step FLOPs/time is not FLOPs/median time (even step counts
+    average two middle steps), and on short runs single slow steps move either one.
+  * eval gap: candidate - baseline `eval/avg_loss` at the last train step after which both logged a full eval pass,
+    also relative to the baseline's eval loss (the verdict's basis).
 """
 
 from __future__ import annotations
@@ -22,8 +26,11 @@ import math
 
 import numpy as np
 
+from MaxText.compare import verdict
 from MaxText.compare.metrics import RunMetrics
-from MaxText.compare.schema import Comparison, LossGap, RunSummary, Settings, Status, Step0, WindowRule
+from MaxText.compare.schema import (
+    Comparison, LossGap, MachineLoad, RunSummary, Settings, Status, Step0, WindowRule
+)  # fmt: skip
 
 #: Window start as a fraction of the common steps when warm-up cannot be read: maxtext's default
 #: warmup_steps_fraction (0.1).
@@ -55,11 +62,25 @@ def _median(values: np.ndarray) -> float | None:
   return float(np.median(values)) if len(values) else None
 
 
+def _spread(times: np.ndarray) -> float | None:
+  """p90 / p50 of the finite step times: 1.0 for a steady machine, well above it when something else interfered."""
+  times = times[np.isfinite(times) & (times > 0)]
+  return float(np.percentile(times, 90) / np.median(times)) if len(times) >= 2 else None
+
+
+def _machine(run: RunMetrics) -> MachineLoad | None:
+  try:
+    return MachineLoad.model_validate(run.info.machine) if run.info.machine else None
+  except ValueError:  # a machine.json from another version: the comparison does without it
+    return None
+
+
 def summarize_run(run: RunMetrics, settings: Settings) -> RunSummary:
-  """One run's own numbers: length, divergence, smoothed final loss and median throughput."""
+  """One run's own numbers: length, divergence, smoothed final loss, median throughput, backend, machine load."""
   keep = run.steps >= settings.perf_start_step
   times = run.step_time[keep]
   bad = first_nonfinite_step(run)
+  info = run.info
   return RunSummary(
       name=run.name,
       source=run.source,
@@ -75,6 +96,13 @@ def summarize_run(run: RunMetrics, settings: Settings) -> RunSummary:
       median_tflops_per_sec_per_device=_median(run.tflops[keep]),
       median_tokens_per_sec_per_device=_median(run.tokens_per_sec[keep]),
       skipped_lines=run.skipped_lines,
+      quantization=info.quantization,
+      hardware=info.hardware,
+      backend=info.backend,
+      nvfp4_gemms=info.nvfp4_gemms,
+      emulated=info.backend == "emulated" and bool(info.nvfp4_gemms),
+      step_time_p90_over_p50=_spread(times),
+      machine=_machine(run),
   )
 
 
@@ -133,6 +161,7 @@ def loss_gap(
       max_abs_nats=float(np.max(np.abs(gap))),
       final_smoothed_nats=float(np.mean(cand[-k:]) - np.mean(base[-k:])),
       smooth_steps=k,
+      baseline_final_smoothed_loss=float(np.mean(base[-k:])),
   )
 
 
@@ -151,14 +180,20 @@ def step0_agreement(baseline: RunMetrics, candidate: RunMetrics, tolerance: floa
   )
 
 
-def _final_eval_gap(baseline: RunMetrics, candidate: RunMetrics) -> tuple[int | None, float | None]:
+def eval_gaps(baseline: RunMetrics, candidate: RunMetrics) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """(steps, baseline eval losses, candidate - baseline) at every train step after which both logged an eval pass."""
   common = np.intersect1d(baseline.eval_steps, candidate.eval_steps)
-  if len(common) == 0:
-    return None, None
-  step = common[-1]
-  b = baseline.eval_loss[np.searchsorted(baseline.eval_steps, step)]
-  c = candidate.eval_loss[np.searchsorted(candidate.eval_steps, step)]
-  return int(step), _finite_or_none(c - b)
+  b = baseline.eval_loss[np.searchsorted(baseline.eval_steps, common)]
+  c = candidate.eval_loss[np.searchsorted(candidate.eval_steps, common)]
+  return common, b, c - b
+
+
+def _final_eval_gap(baseline: RunMetrics, candidate: RunMetrics) -> tuple[int | None, float | None, float | None]:
+  """(step, gap, baseline eval loss) at the last common eval; Nones without one."""
+  steps, base, gap = eval_gaps(baseline, candidate)
+  if len(steps) == 0:
+    return None, None, None
+  return int(steps[-1]), _finite_or_none(gap[-1]), _finite_or_none(base[-1])
 
 
 def compare(baseline: RunMetrics, candidate: RunMetrics, settings: Settings) -> Comparison:
@@ -168,20 +203,35 @@ def compare(baseline: RunMetrics, candidate: RunMetrics, settings: Settings) -> 
   bads = [s for s in (base_bad, cand_bad) if s is not None]
   first_bad = min(bads) if bads else None
   usable = common if first_bad is None else common[common < first_bad]
-  base_time = summarize_run(baseline, settings).median_step_time_s
-  cand_time = summarize_run(candidate, settings).median_step_time_s
-  eval_step, eval_gap = _final_eval_gap(baseline, candidate)
+  base_sum, cand_sum = summarize_run(baseline, settings), summarize_run(candidate, settings)
+  base_time, cand_time = base_sum.median_step_time_s, cand_sum.median_step_time_s
+  ratio = base_time / cand_time if base_time and cand_time else None
+  withheld = verdict.speedup_withheld(base_sum, cand_sum, settings)
+  eval_step, eval_gap, eval_base = _final_eval_gap(baseline, candidate)
+  if first_bad is not None and eval_step is not None and eval_step >= first_bad:
+    eval_step, eval_gap, eval_base = None, None, None  # an eval after a divergence compares broken weights
+  status = _status(base_bad, cand_bad, len(common))
+  gap = loss_gap(baseline, candidate, usable, settings)
+  step0 = step0_agreement(baseline, candidate, settings.step0_tolerance)
   return Comparison(
       candidate=candidate.name,
       baseline=baseline.name,
-      status=_status(base_bad, cand_bad, len(common)),
+      status=status,
       common_steps=len(common),
       baseline_only_steps=len(np.setdiff1d(baseline.steps, candidate.steps)),
       candidate_only_steps=len(np.setdiff1d(candidate.steps, baseline.steps)),
       first_bad_step=first_bad,
-      loss_gap=loss_gap(baseline, candidate, usable, settings),
-      step0=step0_agreement(baseline, candidate, settings.step0_tolerance),
-      speedup=base_time / cand_time if base_time and cand_time else None,
+      loss_gap=gap,
+      step0=step0,
+      step_time_ratio=ratio,
+      speedup=None if withheld else ratio,
+      speedup_withheld=withheld,
       final_eval_step=eval_step,
       final_eval_gap_nats=eval_gap,
+      final_eval_baseline_loss=eval_base,
+      final_eval_gap_rel=eval_gap / eval_base if eval_gap is not None and eval_base else None,
+      verdict=verdict.verdict(
+          status=status, first_bad_step=first_bad, step0=step0, gap=gap, eval_step=eval_step, eval_gap=eval_gap,
+          eval_base=eval_base, candidate=cand_sum, settings=settings,
+      ),  # fmt: skip
   )

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from MaxText.compare.runinfo import RunInfo, read_info
 from MaxText.compare.schema import MetricsSource
 
 LOSS_KEY = "learning/loss"
@@ -55,6 +56,7 @@ class RunMetrics:
   eval_steps: np.ndarray  # int64, train steps after which a complete eval pass was logged
   eval_loss: np.ndarray
   skipped_lines: int = 0  # unparsable JSONL lines (e.g. a line cut by a killed run)
+  info: RunInfo = RunInfo()  # backend, config and machine load, from the files next to the metrics
 
   def __post_init__(self):
     n = len(self.steps)
@@ -72,7 +74,9 @@ def _as_float(value) -> float:
     return math.nan
 
 
-def _from_records(name, source, path, train: dict[int, dict], evals: dict[int, float], skipped=0) -> RunMetrics:
+def _from_records(
+    name, source, path, train: dict[int, dict], evals: dict[int, float], skipped=0, info=RunInfo()
+) -> RunMetrics:
   """Builds the arrays; when a step was logged twice (a resumed run appends), the last record wins."""
   steps = np.array(sorted(train), dtype=np.int64)
   cols = {k: np.array([_as_float(train[s].get(k)) for s in steps], dtype=np.float64) for k in TRAIN_KEYS}
@@ -90,6 +94,7 @@ def _from_records(name, source, path, train: dict[int, dict], evals: dict[int, f
       eval_steps=eval_steps,
       eval_loss=np.array([evals[s] for s in eval_steps], dtype=np.float64),
       skipped_lines=skipped,
+      info=info,
   )
 
 
@@ -120,7 +125,8 @@ def read_jsonl(path: str | Path, name: str | None = None) -> RunMetrics:
         train[step] = record
       elif EVAL_FINAL_MARKER in record and EVAL_LOSS_KEY in record:
         evals[step] = _as_float(record[EVAL_LOSS_KEY])
-  return _from_records(name or run_name or path.stem, MetricsSource.JSONL, path, train, evals, skipped)
+  info = read_info(path.parent)
+  return _from_records(name or run_name or path.stem, MetricsSource.JSONL, path, train, evals, skipped, info)
 
 
 def _iter_tfrecords(path: Path):
@@ -152,8 +158,10 @@ def _summary_value(value) -> float:
   return math.nan
 
 
-def read_tensorboard(event_files: list[Path], name: str) -> RunMetrics:
-  """Reads scalars from TensorBoard event files with tensorboardX's protobuf (no TensorFlow needed).
+def read_tensorboard(event_files: list[Path], name: str, run_dir: Path | None = None) -> RunMetrics:
+  """Reads scalars, and maxtext's config from the text summaries, with tensorboardX's protobuf (no TensorFlow).
+
+  `run_dir` is where the precision plan and machine.json are looked for (default: none).
 
   Raises:
     ValueError: tensorboardX is not installed.
@@ -163,6 +171,7 @@ def read_tensorboard(event_files: list[Path], name: str) -> RunMetrics:
   except ImportError as e:
     raise ValueError("reading TensorBoard events needs tensorboardX (in requirements.txt); pass the run's JSONL") from e
   by_step: dict[int, dict] = {}
+  texts: dict[str, str] = {}
   for path in sorted(event_files):
     for payload in _iter_tfrecords(path):
       event = event_pb2.Event()
@@ -170,10 +179,14 @@ def read_tensorboard(event_files: list[Path], name: str) -> RunMetrics:
       if not event.HasField("summary"):
         continue
       for value in event.summary.value:
+        if value.metadata.plugin_data.plugin_name == "text":
+          texts[value.tag] = b"".join(value.tensor.string_val[:1]).decode("utf-8", "replace")
+          continue
         by_step.setdefault(int(event.step), {})[value.tag] = _summary_value(value)
   train = {s: r for s, r in by_step.items() if LOSS_KEY in r}
   evals = {s: r[EVAL_LOSS_KEY] for s, r in by_step.items() if EVAL_LOSS_KEY in r}
-  return _from_records(name, MetricsSource.TENSORBOARD, event_files[0].parent, train, evals)
+  info = read_info(run_dir, texts)
+  return _from_records(name, MetricsSource.TENSORBOARD, event_files[0].parent, train, evals, info=info)
 
 
 def _find_jsonl(run_dir: Path) -> Path | None:
@@ -212,10 +225,14 @@ def load_run(path: str | Path, name: str | None = None) -> RunMetrics:
     jsonl = _find_jsonl(path)
     events = sorted(p for p in path.rglob(TB_GLOB) if p.is_file())
     options = []
+    from_tb = read_tensorboard(events, name, path) if events else None
     if jsonl is not None:
-      options.append(read_jsonl(jsonl, name))
-    if events:
-      options.append(read_tensorboard(events, name))
+      # The JSONL holds no config; the plan and machine.json are read from the run dir, the config from TensorBoard.
+      from_jsonl = read_jsonl(jsonl, name)
+      info = from_tb.info if from_tb is not None else read_info(path)
+      options.append(dataclasses.replace(from_jsonl, info=info))
+    if from_tb is not None:
+      options.append(from_tb)
     if not options:
       raise ValueError(
           f"run dir {str(path)!r} has no metrics: expected a *.jsonl (maxtext metrics_file=...) or "

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from MaxText.compare import analysis, plots
 from MaxText.compare.metrics import RunMetrics
-from MaxText.compare.schema import Comparison, Report, Settings
+from MaxText.compare.schema import Comparison, Report, RunSummary, Settings
 
 REPORT_JSON = "report.json"
 REPORT_MD = "report.md"
@@ -52,49 +52,154 @@ def _status_note(c: Comparison) -> str:
   return f"{c.status.value} at step {c.first_bad_step}"
 
 
-def markdown_table(report: Report) -> str:
-  """One row per run: loss gaps against the baseline, step-0 agreement and throughput."""
+def _baseline_first(report: Report) -> list[RunSummary]:
+  return sorted(report.runs, key=lambda r: r.name != report.baseline)  # baseline first, then input order
+
+
+def loss_table(report: Report) -> str:
+  """One row per run: the eval-loss gap at the last common eval beside the training gaps, step-0 diff, verdict."""
   by_candidate = {c.candidate: c for c in report.comparisons}
   header = (
-      "| run | status | steps | mean gap (nats) | max gap (nats) | final gap (nats) | step-0 diff "
-      "| step time (s) | TFLOP/s/dev | tokens/s/dev | speedup |\n"
-      "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
+      "| run | status | steps | eval gap (nats) | eval gap (%) | at step | final train gap (nats) | mean train gap "
+      "| max train gap (step) | step-0 diff | verdict |\n"
+      "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n"
   )
   rows = []
-  for run in sorted(report.runs, key=lambda r: r.name != report.baseline):  # baseline first, then input order
+  for run in _baseline_first(report):
     c = by_candidate.get(run.name)
-    perf = (
-        f"| {_fmt(run.median_step_time_s, '.4f')} | {_fmt(run.median_tflops_per_sec_per_device, '.3f')} "
-        f"| {_fmt(run.median_tokens_per_sec_per_device, '.1f')} "
-    )
     if c is None:
       status = "baseline" + (f", diverged at step {run.first_nonfinite_step}" if run.diverged else "")
-      rows.append(f"| {run.name} | {status} | {run.num_steps} | — | — | — | — {perf}| 1.00 |")
+      evals = {x.final_eval_baseline_loss for x in report.comparisons if x.final_eval_baseline_loss is not None}
+      eval_note = f"eval loss {min(evals):.3f}" if len(evals) == 1 else "—"
+      rows.append(f"| {run.name} | {status} | {run.num_steps} | {eval_note} | — | — | — | — | — | — | — |")
       continue
     gap = c.loss_gap
     step0 = "n/a" if c.step0.abs_diff is None else f"{c.step0.abs_diff:.4f}" + ("" if c.step0.within_tolerance else " (!)")
+    rel = None if c.final_eval_gap_rel is None else 100 * c.final_eval_gap_rel
+    max_gap = "n/a" if gap is None else f"{gap.max_nats:+.4f} ({gap.max_step})"
     rows.append(
-        f"| {run.name} | {_status_note(c)} | {c.common_steps} | {_fmt(gap and gap.mean_nats, '+.4f')} "
-        f"| {_fmt(gap and gap.max_nats, '+.4f')} | {_fmt(gap and gap.final_smoothed_nats, '+.4f')} | {step0} "
-        f"{perf}| {_fmt(c.speedup, '.2f')} |"
+        f"| {run.name} | {_status_note(c)} | {c.common_steps} | {_fmt(c.final_eval_gap_nats, '+.4f')} "
+        f"| {_fmt(rel, '+.2f')} | {_fmt(c.final_eval_step, 'd')} | {_fmt(gap and gap.final_smoothed_nats, '+.4f')} "
+        f"| {_fmt(gap and gap.mean_nats, '+.4f')} | {max_gap} | {step0} | **{c.verdict.level.value}** |"
     )
   return header + "\n".join(rows) + "\n"
 
 
+def _gemm_note(run: RunSummary) -> str:
+  if run.nvfp4_gemms is None:
+    return "—"
+  return f"{run.nvfp4_gemms} ({run.backend})" if run.nvfp4_gemms else "0"
+
+
+def any_emulated(report: Report) -> bool:
+  return any(r.emulated for r in report.runs)
+
+
+def speed_table(report: Report) -> str:
+  """One row per run: step time (labelled emulation cost where NVFP4 was emulated), spread, load, speedup."""
+  by_candidate = {c.candidate: c for c in report.comparisons}
+  time_label = "step time (s), emulation cost" if any_emulated(report) else "step time (s)"
+  header = (
+      f"| run | quantization | NVFP4 GEMMs (backend) | {time_label} | p90/p50 | TFLOP/s/dev | tokens/s/dev "
+      "| step time x baseline | speedup | other load (cores) |\n"
+      "|---|---|---|---:|---:|---:|---:|---:|---:|---:|\n"
+  )
+  rows = []
+  for run in _baseline_first(report):
+    c = by_candidate.get(run.name)
+    cost = "1.00" if c is None else _fmt(c.step_time_ratio and 1 / c.step_time_ratio, ".2f")
+    speedup = "—" if c is None else ("withheld" if c.speedup_withheld else _fmt(c.speedup, ".2f"))
+    load = "n/a" if run.machine is None else _fmt(run.machine.other_cores, ".2f")
+    quant = "n/a" if run.quantization is None else (run.quantization or "none")
+    rows.append(
+        f"| {run.name} | {quant} | {_gemm_note(run)} | {_fmt(run.median_step_time_s, '.4f')} "
+        f"| {_fmt(run.step_time_p90_over_p50, '.2f')} | {_fmt(run.median_tflops_per_sec_per_device, '.3f')} "
+        f"| {_fmt(run.median_tokens_per_sec_per_device, '.1f')} | {cost} | {speedup} | {load} |"
+    )
+  return header + "\n".join(rows) + "\n"
+
+
+def verdict_lines(report: Report) -> str:
+  """`- **name**: verdict` for every candidate, after the thresholds they use."""
+  s = report.settings
+  head = (
+      f"Verdicts (relative gap = gap / baseline loss; |gap| <= {100 * s.band_rel:g}%: ok, the band NVIDIA's NVFP4 "
+      f"paper reports against FP8; up to {100 * s.drift_rel:g}%: drifting; above: off; judged at the last common "
+      "eval, else on the smoothed final training gap):"
+  )
+  return head + "\n" + "".join(f"- **{c.candidate}**: {c.verdict.text}\n" for c in report.comparisons)
+
+
+def _speed_notes(report: Report) -> list[str]:
+  s = report.settings
+  notes = []
+  if any_emulated(report):
+    notes.append(
+        "- **NVFP4 ran emulated** (precision_plan.json: backend emulated): its step time is the cost of emulating FP4 "
+        "in f32 on this machine, not NVFP4 speed. No speedup is claimed."
+    )
+  for c in report.comparisons:
+    if c.speedup_withheld:
+      notes.append(f"- {c.candidate}: speedup withheld: {c.speedup_withheld}.")
+  loads = [(r.name, r.machine) for r in report.runs if r.machine is not None]
+  if loads:
+    cores = loads[0][1].cpu_count
+    busiest = max(loads, key=lambda x: x[1].other_cores or 0.0)
+    spans = ", ".join(
+        f"{n} {m.loadavg_before[0]:.1f}->{m.loadavg_after[0]:.1f}" for n, m in loads
+    )
+    verdict_text = (
+        "step times are unreliable" if (busiest[1].other_cores or 0.0) > s.contention_cores else "below the threshold"
+    )
+    notes.append(
+        f"- Machine load ({cores} cores): other work kept up to {_fmt(busiest[1].other_cores, '.2f')} cores busy "
+        f"(during {busiest[0]}; threshold {s.contention_cores}): {verdict_text}. 1-minute load average before->after "
+        f"each run: {spans}."
+    )
+  else:
+    notes.append("- Machine load: not recorded (machine.json is written by the quickstart); p90/p50 shows step-time noise.")
+  notes.append(
+      f"- Step times: medians over steps >= {s.perf_start_step}; p90/p50 near 1 means steady steps. A speedup (baseline "
+      "step time / run step time) is claimed only for non-emulated runs on an accelerator on a quiet machine."
+  )
+  return notes
+
+
+def markdown_summary(report: Report) -> str:
+  """What the CLI prints: the verdicts and both tables."""
+  return verdict_lines(report) + "\n" + loss_table(report) + "\n" + speed_table(report)
+
+
+def markdown_table(report: Report) -> str:
+  """Both tables (loss, then step time), as printed and as in report.md."""
+  return loss_table(report) + "\n" + speed_table(report)
+
+
 def markdown_report(report: Report) -> str:
-  """report.md: the table plus the settings and the definitions needed to read it."""
+  """report.md: verdicts, the loss table, the step-time table, and the definitions needed to read them."""
   s = report.settings
   windows = sorted({(c.loss_gap.window_start_step, c.loss_gap.window_rule.value) for c in report.comparisons if c.loss_gap})
   window_text = ", ".join(f"steps >= {start} ({rule})" for start, rule in windows) or "empty"
   lines = [
       f"# Precision comparison against `{report.baseline}`",
       "",
-      markdown_table(report),
-      f"- Gap = candidate loss - baseline loss in nats on the steps both runs logged; window: {window_text}.",
-      f"- Final gap: trailing mean over the last {s.smooth} window steps. Max gap: largest signed gap.",
+      verdict_lines(report),
+      "## Loss",
+      "",
+      loss_table(report),
+      "- Eval gap: candidate - baseline eval loss at the last train step after which both ran an eval pass (the same "
+      "held-out tokens in every run); %: relative to the baseline's eval loss. The verdict uses it.",
+      f"- Training gaps: candidate - baseline training loss in nats on the steps both runs logged; window: {window_text}. "
+      f"Final: difference of trailing means over the last {s.smooth} window steps. Max: largest single-step gap. "
+      "Training batches differ from step to step, so single-step gaps swing far more than the eval gap, and a "
+      "short run's final training gap can even have the other sign (loss.png, middle panel).",
       f"- Step-0 diff: absolute loss difference at step 0; (!) marks a difference above {s.step0_tolerance} nats, i.e. "
       "different initial weights or data (any maxtext quantization object changes the initialization).",
-      f"- Throughput: medians over steps >= {s.perf_start_step}; speedup = baseline step time / run step time.",
+      "",
+      "## Step time",
+      "",
+      speed_table(report),
+      *_speed_notes(report),
       "",
       f"![loss]({LOSS_PNG})",
       "",

@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"  # 1.1: run backend/machine load, eval gaps, verdicts, speedup withheld when emulated
 
 
 class _Model(BaseModel):
@@ -45,6 +45,18 @@ class Status(str, enum.Enum):
   NO_COMMON_STEPS = "no_common_steps"
 
 
+class VerdictLevel(str, enum.Enum):
+  """The one-word verdict on a candidate (thresholds in Settings)."""
+
+  OK = "ok"  # |relative gap| <= band_rel
+  DRIFTING = "drifting"  # band_rel < relative gap <= drift_rel
+  OFF = "off"  # relative gap > drift_rel
+  BETTER = "better"  # relative gap < -band_rel: lower loss than the baseline by more than the band (suspect)
+  DIVERGED = "diverged"  # a non-finite loss in the candidate or the baseline
+  NOT_COMPARABLE = "not_comparable"  # step-0 losses differ: different initial weights or data
+  NO_DATA = "no_data"  # no aligned steps, or no loss to judge
+
+
 class Settings(_Model):
   """The knobs of a comparison, as used (defaults filled in)."""
 
@@ -52,6 +64,24 @@ class Settings(_Model):
   smooth: int = Field(20, ge=1, description="steps in the trailing means (smoothed final loss and final gap)")
   step0_tolerance: float = Field(0.05, ge=0, description="nats; step-0 losses closer than this agree")
   perf_start_step: int = Field(1, ge=0, description="throughput medians use steps >= this (step 0 compiles)")
+  band_rel: float = Field(
+      0.01, ge=0, description="verdict ok: |gap| / baseline loss <= this (NVIDIA's NVFP4 paper: < 1% vs FP8)"
+  )
+  drift_rel: float = Field(0.03, ge=0, description="verdict drifting up to this relative gap, off above it")
+  contention_cores: float = Field(
+      0.25, ge=0, description="other work busier than this many cores during a run makes its step times unreliable"
+  )
+
+
+class MachineLoad(_Model):
+  """machine.json, written by the quickstart around each training process (absent for other runs)."""
+
+  cpu_count: int | None
+  loadavg_before: list[float] = Field(description="os.getloadavg() just before the run: 1, 5, 15 minutes")
+  loadavg_after: list[float]
+  wall_s: float
+  run_cpu_s: float = Field(description="CPU seconds of the training process (user + system)")
+  other_cores: float | None = Field(description="cores kept busy by other work on average while the run trained")
 
 
 class RunSummary(_Model):
@@ -71,6 +101,13 @@ class RunSummary(_Model):
   median_tflops_per_sec_per_device: float | None = Field(description="maxtext's model-FLOP count")
   median_tokens_per_sec_per_device: float | None
   skipped_lines: int = Field(0, description="unparsable metrics lines that were skipped")
+  quantization: str | None = Field(None, description="maxtext's `quantization` (from the TensorBoard config text)")
+  hardware: str | None = Field(None, description="maxtext's `hardware` (from the TensorBoard config text)")
+  backend: str | None = Field(None, description="resolved NVFP4 backend from precision_plan.json: emulated | te")
+  nvfp4_gemms: int | None = Field(None, description="GEMM modules in NVFP4 per precision_plan.json")
+  emulated: bool = Field(False, description="NVFP4 GEMMs ran on the emulated backend: step time = emulation cost")
+  step_time_p90_over_p50: float | None = Field(None, description="spread of the step times (1.0: perfectly steady)")
+  machine: MachineLoad | None = None
 
 
 class LossGap(_Model):
@@ -86,6 +123,7 @@ class LossGap(_Model):
   max_abs_nats: float
   final_smoothed_nats: float = Field(description="trailing mean of the last smooth_steps window steps, cand - base")
   smooth_steps: int
+  baseline_final_smoothed_loss: float | None = Field(None, description="the baseline's side of final_smoothed_nats")
 
 
 class Step0(_Model):
@@ -96,6 +134,17 @@ class Step0(_Model):
   abs_diff: float | None
   tolerance: float
   within_tolerance: bool | None = Field(description="null when a run lacks step 0")
+
+
+class Verdict(_Model):
+  """One line a user can act on, and what it was computed from."""
+
+  level: VerdictLevel
+  basis: Literal["eval", "train", "none"] = Field(
+      description="eval: the gap at the last common eval; train: the smoothed final training gap"
+  )
+  rel_gap: float | None = Field(description="the gap / the baseline loss at the same point")
+  text: str
 
 
 class Comparison(_Model):
@@ -110,15 +159,22 @@ class Comparison(_Model):
   first_bad_step: int | None = Field(description="first step with a non-finite loss in either run")
   loss_gap: LossGap | None = Field(description="null when no aligned finite step falls in the window")
   step0: Step0
-  speedup: float | None = Field(description="baseline median step time / candidate median step time")
+  step_time_ratio: float | None = Field(description="baseline median step time / candidate median step time")
+  speedup: float | None = Field(
+      description="step_time_ratio where it measures the precision's speed; null when speedup_withheld says why"
+  )
+  speedup_withheld: str | None = Field(description="why no speedup is claimed (emulated NVFP4, busy machine)")
   final_eval_step: int | None = Field(description="last train step after which both logged a full eval pass")
   final_eval_gap_nats: float | None
+  final_eval_baseline_loss: float | None = None
+  final_eval_gap_rel: float | None = Field(None, description="final_eval_gap_nats / final_eval_baseline_loss")
+  verdict: Verdict
 
 
 class Report(_Model):
   """report.json."""
 
-  schema_version: Literal["1.0"] = SCHEMA_VERSION
+  schema_version: Literal["1.1"] = SCHEMA_VERSION
   baseline: str
   settings: Settings
   runs: list[RunSummary]

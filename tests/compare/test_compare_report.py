@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from MaxText.compare import __main__ as cli
-from MaxText.compare.report import build_report, markdown_table, read_report, write_report
+from MaxText.compare.report import build_report, loss_table, read_report, write_report
 from MaxText.compare.schema import SCHEMA_VERSION, Report, Settings, Status
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -82,7 +82,7 @@ def test_duplicate_names_are_rejected(make_run):
 
 
 def test_table_lists_baseline_first(three_runs):
-  table = markdown_table(build_report(three_runs, "nvfp4", Settings()))
+  table = loss_table(build_report(three_runs, "nvfp4", Settings()))
   rows = [line for line in table.splitlines() if line.startswith("| ") and not line.startswith("| run")]
   assert rows[0].startswith("| nvfp4 | baseline")
   assert len(rows) == 3
