@@ -16,11 +16,12 @@ import jax
 import jax.numpy as jnp
 from maxtext.layers import quantizations
 
-from MaxText import te_backend
+from MaxText import moe, te_backend
 from MaxText.backend import Backend
 from MaxText.nvfp4.formats import BLOCK_SIZE
 from MaxText.nvfp4.gemm import GemmRecipe, nvfp4_dot_general
 from MaxText.policy import Precision, PrecisionPolicy
+from MaxText.switches import Switches, gemm_flags, switches_from_config
 from MaxText.sr import sr_key
 
 
@@ -35,12 +36,24 @@ class Nvfp4DotGeneral(nn.Module):
   """Emulated NVFP4 GEMM (pure JAX, MaxText.nvfp4.gemm) for one DenseGeneral."""
 
   recipe: GemmRecipe = GemmRecipe()
+  switches: Switches = Switches()
 
   @nn.compact
   def __call__(self, lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None):
     del precision, preferred_element_type  # NVFP4 fixes both: FP4 operands, f32 accumulation, lhs dtype out
     key = sr_key(self) if self.recipe.stochastic_rounding else None
-    return nvfp4_dot_general(lhs, rhs, dimension_numbers, key=key, recipe=self.recipe)
+    all_bf16, forward_bf16 = gemm_flags(self, self.switches)
+
+    def nvfp4(lhs, rhs):
+      return nvfp4_dot_general(lhs, rhs, dimension_numbers, key=key, recipe=self.recipe,
+                               forward_bf16=False if forward_bf16 is None else forward_bf16)
+
+    if all_bf16 is None:
+      return nvfp4(lhs, rhs)
+    # A BF16 layer, or past nvfp4_bf16_from_step: the GEMM UnquantizedDotGeneral runs, forward and backward.
+    # lax.cond runs one branch; both are compiled once.
+    return jax.lax.cond(all_bf16, lambda l, r: jax.lax.dot_general(l, r, dimension_numbers).astype(l.dtype),
+                        nvfp4, lhs, rhs)
 
 
 class UnquantizedDotGeneral(nn.Module):
@@ -52,14 +65,18 @@ class UnquantizedDotGeneral(nn.Module):
                                preferred_element_type=preferred_element_type)
 
 
-def module_class(precision: Precision, backend: Backend, recipe: GemmRecipe) -> type[nn.Module]:
-  """The one table from (precision, backend) to the Linen module that runs the GEMM."""
+def module_class(precision: Precision, backend: Backend, recipe: GemmRecipe,
+                 switches: Switches = Switches(), nonfinite_check: bool = True) -> type[nn.Module]:
+  """The one table from (precision, backend) to the Linen module that runs the GEMM.
+
+  `switches` (BF16 layers, late BF16 steps) apply to the NVFP4 GEMMs only.
+  """
   if precision is Precision.BF16:
     return UnquantizedDotGeneral
   if backend is Backend.TE:
-    return te_backend.dot_general_cls(precision, recipe)
+    return te_backend.dot_general_cls(precision, recipe, nonfinite_check)
   if precision is Precision.NVFP4:
-    return functools.partial(Nvfp4DotGeneral, recipe=recipe)
+    return functools.partial(Nvfp4DotGeneral, recipe=recipe, switches=switches)
   return nn.Fp8DirectDotGeneralOp  # maxtext's own fp8 (delayed scaling), as quantization=fp8 uses
 
 
@@ -78,7 +95,14 @@ class Nvfp4Quantization(quantizations.Quantization):
 
   policy: PrecisionPolicy = PrecisionPolicy()
   backend: Backend = Backend.EMULATED
+  switches: Switches = Switches()
+  nonfinite_check: bool = True  # TE backend: NaN outputs for non-finite operands (nvfp4_nonfinite_check)
   quant_mode: str = "train"  # maxtext's in_serve_mode() reads it
+  experts: Precision = Precision.BF16  # routed-expert GEMMs (MaxText.moe): nvfp4 with MLP nvfp4, nvfp4_moe_experts=nvfp4
+  experts_opted_out: bool = False  # nvfp4_moe_experts=bf16 was set explicitly (the plan then accepts BF16 experts)
+  # maxtext's sparse MoE path reads these for megablox's own int8/fp8 quantization: none (MaxText.moe runs NVFP4).
+  quant_dg: ClassVar[None] = None
+  quantize_dtype: ClassVar[None] = None
   needs_apply_rngs: ClassVar[bool] = True  # stochastic rounding draws from the rng streams at apply time
 
   def get_block_size(self) -> int:
@@ -86,18 +110,18 @@ class Nvfp4Quantization(quantizations.Quantization):
     return 128 if self.backend is Backend.TE else BLOCK_SIZE
 
   def dot_general_cls(self, mesh_axes: tuple[str | None, ...] = ()) -> type[nn.Module]:
-    return module_class(self.policy.precision_for(tuple(mesh_axes)), self.backend, self.policy.recipe)
+    return module_class(self.policy.precision_for(tuple(mesh_axes)), self.backend, self.policy.recipe, self.switches,
+                        self.nonfinite_check)
 
   def einsum(self, mesh_axes: tuple[str | None, ...] = (), dtype: Any = jnp.float32) -> Any:
-    """maxtext's MoE hook, called as `quant.einsum(mesh_axes=rhs_axes)` (RoutedMoE.get_einsum, sparse_matmul=false).
-
-    The config validator refuses NVFP4 modes with routed experts before a model exists; this is the backstop.
-    """
+    """maxtext's MoE hook, called as `quant.einsum(mesh_axes=rhs_axes)` (RoutedMoE.get_einsum, sparse_matmul=false):
+    NVFP4 expert einsums for expert kernels when experts are NVFP4, jnp.einsum otherwise (MaxText.moe)."""
     del dtype
-    raise NotImplementedError(
-        f"quantization=te_nvfp4 covers DenseGeneral GEMMs; the MoE expert einsum (kernel axes {tuple(mesh_axes)}) "
-        "has no NVFP4 path. Use a dense decoder_block, or quantization=fp8 for MoE models."
-    )
+    return moe.expert_einsum(tuple(mesh_axes)) if self.experts is Precision.NVFP4 else jnp.einsum
+
+  def expert_plan(self) -> tuple[Precision, str]:
+    """(precision, implementation) of the routed-expert GEMMs, for the precision plan."""
+    return moe.expert_plan(self.experts, self.backend)
 
 
 def _value(setting: Any) -> str:
@@ -124,4 +148,10 @@ def quantization_from_config(config: Any, quant_mode_str: str = "train") -> Nvfp
     raise NotImplementedError(f"quantization={config.quantization} supports training only; got quant_mode "
                               f"{quant_mode_str!r} (serve/convert). Serve the trained BF16/FP32 weights instead.")
   backend = resolve_backend(_value(config.nvfp4_backend))
-  return Nvfp4Quantization(policy=policy_from_config(config), backend=backend)
+  switches = switches_from_config(config)
+  if backend is Backend.TE and switches.any:
+    raise ValueError("nvfp4_bf16_first_layers/last_layers/from_step/forward_from_step are implemented for the "
+                     "emulated backend only so far; with nvfp4_backend=te unset them (or use nvfp4_backend=emulated).")
+  quant = Nvfp4Quantization(policy=policy_from_config(config), backend=backend, switches=switches,
+                            nonfinite_check=bool(getattr(config, "nvfp4_nonfinite_check", True)))
+  return moe.with_experts(quant, config)

@@ -18,6 +18,7 @@ from typing import Any
 from etils import epath
 from flax import nnx
 
+from MaxText import switches
 from MaxText.adapter import Nvfp4Quantization, implementation_name
 from MaxText.policy import Precision
 
@@ -105,13 +106,13 @@ def check(quant: Nvfp4Quantization, entries: list[PlanEntry]) -> None:
   experts_opted_out = getattr(quant, "experts_opted_out", False)
   silent = [e.module for e in entries if e.kind == "experts" and e.precision != "nvfp4" and not experts_opted_out]
   if silent:
-    raise PlanError(f"quantization=te_nvfp4 builds routed experts that would train unquantized ({', '.join(silent)}):"
-                    " this plugin does not run NVFP4 expert GEMMs for this model. Use quantization=fp8, or a dense "
-                    "model.")
+    raise PlanError(f"quantization=te_nvfp4 builds routed experts that would train unquantized ({', '.join(silent)})"
+                    " although nvfp4_moe_experts=nvfp4. Set nvfp4_moe_experts=bf16 to train them in BF16 knowingly.")
   if not any(e.precision == "nvfp4" for e in entries):
-    raise PlanError(f"quantization=te_nvfp4 with nvfp4_mlp_precision=nvfp4 built a model in which no GEMM runs in "
-                    f"NVFP4 ({len(entries)} GEMMs, none an MLP DenseGeneral or expert stack). Use a decoder_block "
-                    "whose MLP is a DenseGeneral (llama2, mistral, ...), or nvfp4_mlp_precision=bf16 for a baseline.")
+    opted = " and nvfp4_moe_experts=bf16 (experts opted out)" if experts_opted_out else ""
+    raise PlanError(f"quantization=te_nvfp4 with nvfp4_mlp_precision=nvfp4{opted} built a model in which no GEMM "
+                    f"runs in NVFP4 ({len(entries)} GEMMs, none an MLP DenseGeneral or expert stack). Use a model "
+                    "with MLP DenseGenerals or NVFP4 experts, or nvfp4_mlp_precision=bf16 for a BF16 baseline.")
 
 
 def format_table(entries: Iterable[PlanEntry]) -> str:
@@ -135,7 +136,10 @@ def report(model: Any, output_dir: str) -> list[PlanEntry]:
   if quant is None:
     return entries
   check(quant, entries)
+  mlp = quant.policy.mlp.value
   payload = json.dumps({"backend": quant.backend.value, "recipe": dataclasses.asdict(quant.policy.recipe),
+                        "switches": quant.switches.describe(),
+                        "decoder_layers_mlp": switches.layer_precisions(quant.switches, mlp),
                         "gemms": [dataclasses.asdict(e) for e in entries]}, indent=2)
   if (output_dir, payload) in _reported:
     return entries
@@ -145,5 +149,6 @@ def report(model: Any, output_dir: str) -> list[PlanEntry]:
   path.write_text(payload + "\n")
   counts = {p: sum(e.precision == p for e in entries) for p in ("nvfp4", "fp8", "bf16")}
   print(f"NVFP4 precision plan ({quant.backend.value} backend; {counts['nvfp4']} nvfp4, {counts['fp8']} fp8, "
-        f"{counts['bf16']} bf16 GEMM modules; written to {path}):\n{format_table(entries)}", flush=True)
+        f"{counts['bf16']} bf16 GEMM modules; written to {path}):\n{format_table(entries)}\n"
+        f"{switches.summary(quant.switches, mlp)}", flush=True)
   return entries

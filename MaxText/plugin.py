@@ -32,6 +32,9 @@ with it jax) is imported by `register()`.
 from __future__ import annotations
 
 import functools
+import importlib.abc
+import importlib.util
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -71,9 +74,16 @@ def _wrap_maybe_quantize_model(original: Callable[..., Any]) -> Callable[..., An
     from MaxText import plan  # pylint: disable=import-outside-toplevel
     from MaxText.config import NVFP4_MODES  # pylint: disable=import-outside-toplevel
 
+    from MaxText import run_record, switches  # pylint: disable=import-outside-toplevel
+
     model = original(model, config)
     if _quantization_name(config) in NVFP4_MODES:
-      plan.report(model, f"{config.base_output_directory}/{config.run_name}")
+      recipe_switches = switches.switches_from_config(config)
+      if recipe_switches.per_layer:
+        switches.assign_layer_indices(model, recipe_switches, int(getattr(config, "first_num_dense_layers", 0) or 0))
+      directory = run_record.current_training_run()
+      if directory is not None:  # the plan file and table come from training runs only
+        plan.report(model, directory)
     return model
 
   setattr(maybe_quantize_model, _MARK, True)
@@ -149,6 +159,60 @@ def _install(module: Any, name: str, make_wrapper: Callable[[Callable[..., Any]]
     setattr(module, name, make_wrapper(original))
 
 
+#: maxtext's pre-training trainer: its train_loop/train_step/eval_step are wrapped once it is imported.
+_TRAINER_MODULE = "maxtext.trainers.pre_train.train"
+
+
+def _wrap_train_loop(original: Callable[..., Any]) -> Callable[..., Any]:
+  """Runs maxtext's train_loop as a training run: resume record checked, precision plan written."""
+
+  @functools.wraps(original)
+  def train_loop(config: Any, *args: Any, **kwargs: Any) -> Any:
+    from MaxText.run_record import training_run  # pylint: disable=import-outside-toplevel
+
+    with training_run(config):
+      return original(config, *args, **kwargs)
+
+  setattr(train_loop, _MARK, True)
+  return train_loop
+
+
+def _hook_trainer(module: Any) -> None:
+  """Wraps the trainer module's train_loop (run record, plan) and train_step/eval_step (the step for switches)."""
+  from MaxText.switches import install_step_hooks  # pylint: disable=import-outside-toplevel
+
+  _install(module, "train_loop", _wrap_train_loop)
+  install_step_hooks(module)
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+  """Calls `callback(module)` right after the module named `name` is first imported, then removes itself.
+
+  Why: importing maxtext's trainer takes seconds (it imports the whole training stack), too much for
+  `register()` to do eagerly; the hooks must still be in place before its train loop runs.
+  """
+
+  def __init__(self, name: str, callback: Callable[[Any], None]):
+    self.name, self.callback = name, callback
+
+  def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+    del path, target
+    if fullname != self.name:
+      return None
+    sys.meta_path.remove(self)
+    spec = importlib.util.find_spec(fullname)
+    if spec is None or spec.loader is None:
+      return spec
+    exec_module, callback = spec.loader.exec_module, self.callback
+
+    def exec_then_hook(module: Any) -> None:
+      exec_module(module)
+      callback(module)
+
+    spec.loader.exec_module = exec_then_hook
+    return spec
+
+
 def register() -> None:
   """Installs the plugin into maxtext; safe to call any number of times, from any thread.
 
@@ -167,6 +231,10 @@ def register() -> None:
       _install(pyconfig, name, lambda orig: _wrap_initialize(orig, NVFP4Config))
     _install(quantizations, "configure_quantization", _wrap_configure_quantization)
     _install(quantizations, "maybe_quantize_model", _wrap_maybe_quantize_model)
+    if _TRAINER_MODULE in sys.modules:
+      _hook_trainer(sys.modules[_TRAINER_MODULE])
+    else:
+      sys.meta_path.insert(0, _AfterImport(_TRAINER_MODULE, _hook_trainer))
     _registered = True
 
 
