@@ -196,13 +196,25 @@ else:
 """
 
 
-def test_throughput_pair_runs_end_to_end_on_recorded_metrics(tmp_path):
+def _fake_tools(tmp_path, compute_caps: str | None) -> dict[str, str]:
+  """Environment with a stand-in trainer and an `nvidia-smi` that lists `compute_caps` (None: it finds no GPU)."""
   fake = tmp_path / "python"
   fake.write_text(_FAKE_PYTHON.format(python=sys.executable))
   fake.chmod(0o755)
+  bin_dir = tmp_path / "bin"
+  bin_dir.mkdir()
+  smi = bin_dir / "nvidia-smi"
+  body = "echo 'NVIDIA-SMI has failed' >&2; exit 9" if compute_caps is None else f"printf '{compute_caps}'"
+  smi.write_text(f"#!/bin/sh\n{body}\n")
+  smi.chmod(0o755)
+  return {"PYTHON": str(fake), "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+
+
+def test_throughput_pair_runs_end_to_end_on_recorded_metrics(tmp_path):
   out = tmp_path / "out"
-  proc = _script("throughput_pair.sh", "--out", str(out), env={"PYTHON": str(fake)})
+  proc = _script("throughput_pair.sh", "--out", str(out), env=_fake_tools(tmp_path, "10.0\n10.0\n"))
   assert proc.returncode == 0, proc.stderr
+  assert "warning" not in proc.stderr  # two Blackwell GPUs: no complaint
   assert "| te_nvfp4 | ok |" in proc.stdout
   report = read_report(out / "report" / "report.json")
   (c,) = report.comparisons
@@ -217,3 +229,47 @@ def test_non_zero_rank_writes_its_own_metrics_and_skips_compare(tmp_path):
   cmds = _commands(proc.stdout)
   assert not any("MaxText.compare" in c for c in cmds)
   assert _kv(cmds[1])["metrics_file"] == str(tmp_path / "fp8" / "metrics.rank1.jsonl")
+
+
+@pytest.mark.parametrize("script", ["throughput_pair.sh", "convergence_pair.sh"])
+@pytest.mark.parametrize(
+    "caps, message",
+    [(None, "no NVIDIA GPU found"), ("9.0\n", "compute capabilities 9.0 include one below 10.0"),
+     ("10.0\n9.0\n", "compute capabilities 10.0,9.0 include one below 10.0")],
+)  # fmt: skip
+def test_scripts_refuse_hardware_that_cannot_run_the_recipe(tmp_path, script, caps, message):
+  out = tmp_path / "out"
+  data = ["--data-dir", "/data"] if script == "convergence_pair.sh" else []
+  proc = _script(script, *data, "--out", str(out), env=_fake_tools(tmp_path, caps))
+  assert proc.returncode == 2 and message in proc.stderr and "--force runs anyway" in proc.stderr
+  assert proc.stdout == "" and not out.exists()  # refused before anything ran
+
+
+def test_force_runs_anyway_with_a_warning(tmp_path):
+  out = tmp_path / "out"
+  proc = _script("throughput_pair.sh", "--force", "--out", str(out), env=_fake_tools(tmp_path, "9.0\n"))
+  assert proc.returncode == 0, proc.stderr
+  assert "warning: GPU compute capabilities 9.0 include one below 10.0" in proc.stderr
+  assert (out / "report" / "report.json").is_file()
+
+
+@pytest.mark.parametrize("script", ["throughput_pair.sh", "convergence_pair.sh"])
+def test_help_prints_the_usage_block_only(script):
+  proc = _script(script, "--help")
+  assert proc.returncode == 0
+  lines = proc.stdout.splitlines()
+  assert lines[0].startswith("The ") and "Usage: scripts/recipes/" in proc.stdout and "--force" in proc.stdout
+  assert lines[-1].strip().startswith("multi-node:")
+  assert not any(l.startswith(("set -", "source ", "#")) or "Copyright" in l for l in lines)
+
+
+def test_default_python_is_the_project_venv(tmp_path):
+  env = {k: v for k, v in os.environ.items() if k != "PYTHON"}
+  proc = subprocess.run(
+      ["bash", str(SCRIPTS / "throughput_pair.sh"), "--dry-run", "--out", str(tmp_path)], cwd=REPO_ROOT, env=env,
+      capture_output=True, text=True, timeout=120, check=False,
+  )  # fmt: skip
+  assert proc.returncode == 0, proc.stderr
+  venv = REPO_ROOT / ".venv" / "bin" / "python"
+  expected = str(venv) if os.access(venv, os.X_OK) else "python3"
+  assert _commands(proc.stdout)[1][0] == expected

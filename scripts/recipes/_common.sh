@@ -2,8 +2,13 @@
 # Shared by throughput_pair.sh and convergence_pair.sh (sourced, not run). Why a shared file: both scripts must
 # build the training and comparison command lines the same way, and --dry-run must print exactly what would run.
 
-PYTHON="${PYTHON:-python}"
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+# The project's interpreter when ./setup.sh made one (a bare `python` lacks maxtext and the plugin), else python3.
+if [[ -z "${PYTHON:-}" ]]; then
+  if [[ -x "$REPO_ROOT/.venv/bin/python" ]]; then PYTHON="$REPO_ROOT/.venv/bin/python"; else PYTHON=python3; fi
+fi
+# Blackwell (GB200/GB300, B200) is compute capability 10.x; TransformerEngine runs NVFP4 GEMMs only there.
+MIN_COMPUTE_CAP=10.0
 MODELS=(llama3_8b llama3.1_405b)
 BASELINE_QUANT="fp8"
 CANDIDATE_QUANT="te_nvfp4"
@@ -15,6 +20,7 @@ NSYS_FLAGS=(profile -s none --force-overwrite true --capture-range=cudaProfilerA
 NODE_RANK="${NODE_RANK:-${SLURM_PROCID:-0}}"
 
 dry_run=0
+force=0
 
 die() {
   echo "$(basename "$0"): $*" >&2
@@ -29,6 +35,37 @@ run() {
   if (( ! dry_run )); then
     "$@"
   fi
+}
+
+# Prints the script's leading comment block (its usage text), without the shebang and copyright lines.
+usage() {
+  awk 'NR <= 3 { next } /^#/ { sub(/^# ?/, ""); print; next } { exit }' "$0"
+}
+
+# Refuses to start a recipe where it cannot run: every GPU nvidia-smi lists must be Blackwell. --dry-run skips the
+# check (it runs nothing); --force turns the refusal into a warning (e.g. a node whose nvidia-smi is not on PATH).
+check_hardware() {
+  (( dry_run )) && return 0
+  local caps problem=""
+  caps="$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null)" || caps=""
+  if [[ -z "${caps//[[:space:]]/}" ]]; then
+    problem="no NVIDIA GPU found (nvidia-smi missing or lists none)"
+  else
+    local cap
+    for cap in $caps; do
+      if ! awk -v c="$cap" -v m="$MIN_COMPUTE_CAP" 'BEGIN { exit !(c + 0 >= m + 0) }'; then
+        problem="GPU compute capabilities $(echo $caps | tr ' ' ',') include one below $MIN_COMPUTE_CAP (not Blackwell)"
+        break
+      fi
+    done
+  fi
+  [[ -z "$problem" ]] && return 0
+  if (( force )); then
+    echo "$(basename "$0"): warning: $problem; running anyway (--force)" >&2
+    return 0
+  fi
+  die "$problem: this recipe needs NVIDIA Blackwell GPUs (compute capability >= $MIN_COMPUTE_CAP) with" \
+    "TransformerEngine; --dry-run prints the commands, --force runs anyway"
 }
 
 check_model() {

@@ -7,7 +7,7 @@
 # 10,000 steps. Cannot run without NVIDIA Blackwell GPUs, TransformerEngine and a prepared C4 TFDS dir.
 #
 # Usage: scripts/recipes/convergence_pair.sh --data-dir DIR [--model llama3_8b|llama3.1_405b] [--steps N]
-#          [--out DIR] [--smooth N] [--nsys] [--dry-run] [-- key=value ...]
+#          [--out DIR] [--smooth N] [--nsys] [--dry-run] [--force] [-- key=value ...]
 #   --data-dir   TFDS data_dir holding c4/en/3.0.1 (maxtext's dataset_path)
 #   --model      recipe pair configs/recipes/<model>_{fp8,te_nvfp4}.yml (default llama3_8b)
 #   --steps      training steps per run (default 10000)
@@ -15,8 +15,10 @@
 #   --smooth     steps in the comparison's trailing means (default 100)
 #   --nsys       also profile 5 steps (from step 100, or 1 for runs <= 110 steps) under Nsight Systems
 #   --dry-run    print the commands instead of running them
+#   --force      run even where the GPU check fails (no Blackwell GPU found): a warning instead of a refusal
 #   -- key=value maxtext overrides for both runs
-# Environment: PYTHON (default python); multi-node: JAX_COORDINATOR_IP, JAX_COORDINATOR_PORT, NNODES, NODE_RANK.
+# Environment: PYTHON (default .venv/bin/python, else python3);
+#   multi-node: JAX_COORDINATOR_IP, JAX_COORDINATOR_PORT, NNODES, NODE_RANK.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/_common.sh"
 
@@ -36,12 +38,14 @@ while (( $# )); do
     --smooth) smooth="${2:?--smooth needs a value}"; shift 2 ;;
     --nsys) nsys=1; shift ;;
     --dry-run) dry_run=1; shift ;;
-    -h|--help) sed -n '4,21p' "$0"; exit 0 ;;
+    --force) force=1; shift ;;
+    -h|--help) usage; exit 0 ;;
     --) shift; extra=("$@"); break ;;
     *) die "unknown argument '$1' (see --help)" ;;
   esac
 done
 check_model "$model"
+check_hardware
 check_positive_int --steps "$steps"
 check_positive_int --smooth "$smooth"
 [[ -n "$data_dir" ]] || die "--data-dir is required: the TFDS data_dir that holds c4/en/3.0.1"

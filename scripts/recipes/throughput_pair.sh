@@ -6,7 +6,7 @@
 # TFLOP/s/device, tokens/s/device). Cannot run without NVIDIA Blackwell GPUs and TransformerEngine.
 #
 # Usage: scripts/recipes/throughput_pair.sh [--model llama3_8b|llama3.1_405b] [--steps N] [--out DIR]
-#          [--perf-start-step N] [--nsys] [--dry-run] [-- key=value ...]
+#          [--perf-start-step N] [--nsys] [--dry-run] [--force] [-- key=value ...]
 #   --model            recipe pair configs/recipes/<model>_{fp8,te_nvfp4}.yml (default llama3_8b)
 #   --steps            training steps per run (default 50)
 #   --out              base_output_directory; runs land in OUT/fp8, OUT/te_nvfp4, the report in OUT/report
@@ -14,8 +14,10 @@
 #   --perf-start-step  first step in the throughput medians (default 10: compilation and autotuning come first)
 #   --nsys             run under Nsight Systems, profiling 5 steps from --perf-start-step (maxtext profiler=nsys)
 #   --dry-run          print the commands instead of running them
+#   --force            run even where the GPU check fails (no Blackwell GPU found): a warning instead of a refusal
 #   -- key=value ...   maxtext overrides for both runs, e.g. per_device_batch_size=4 dcn_fsdp_parallelism=2
-# Environment: PYTHON (default python); multi-node: JAX_COORDINATOR_IP, JAX_COORDINATOR_PORT, NNODES, NODE_RANK.
+# Environment: PYTHON (default .venv/bin/python, else python3);
+#   multi-node: JAX_COORDINATOR_IP, JAX_COORDINATOR_PORT, NNODES, NODE_RANK.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/_common.sh"
 
@@ -33,12 +35,14 @@ while (( $# )); do
     --perf-start-step) perf_start="${2:?--perf-start-step needs a value}"; shift 2 ;;
     --nsys) nsys=1; shift ;;
     --dry-run) dry_run=1; shift ;;
-    -h|--help) sed -n '4,20p' "$0"; exit 0 ;;
+    --force) force=1; shift ;;
+    -h|--help) usage; exit 0 ;;
     --) shift; extra=("$@"); break ;;
     *) die "unknown argument '$1' (see --help)" ;;
   esac
 done
 check_model "$model"
+check_hardware
 check_positive_int --steps "$steps"
 [[ "$perf_start" =~ ^[0-9]+$ ]] || die "--perf-start-step must be a step >= 0, got '$perf_start'"
 (( perf_start < steps )) || die "--perf-start-step ($perf_start) must be below --steps ($steps)"
