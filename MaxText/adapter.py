@@ -74,7 +74,7 @@ def module_class(precision: Precision, backend: Backend, recipe: GemmRecipe,
   if precision is Precision.BF16:
     return UnquantizedDotGeneral
   if backend is Backend.TE:
-    return te_backend.dot_general_cls(precision, recipe, nonfinite_check)
+    return te_backend.dot_general_cls(precision, recipe, nonfinite_check, switches)
   if precision is Precision.NVFP4:
     return functools.partial(Nvfp4DotGeneral, recipe=recipe, switches=switches)
   return nn.Fp8DirectDotGeneralOp  # maxtext's own fp8 (delayed scaling), as quantization=fp8 uses
@@ -149,9 +149,9 @@ def quantization_from_config(config: Any, quant_mode_str: str = "train") -> Nvfp
                               f"{quant_mode_str!r} (serve/convert). Serve the trained BF16/FP32 weights instead.")
   backend = resolve_backend(_value(config.nvfp4_backend))
   switches = switches_from_config(config)
-  if backend is Backend.TE and switches.any:
-    raise ValueError("nvfp4_bf16_first_layers/last_layers/from_step/forward_from_step are implemented for the "
-                     "emulated backend only so far; with nvfp4_backend=te unset them (or use nvfp4_backend=emulated).")
+  if backend is Backend.TE and switches.forward_from_step is not None:
+    raise ValueError("nvfp4_bf16_forward_from_step is implemented for the emulated backend only so far; with "
+                     "nvfp4_backend=te use nvfp4_bf16_from_step (forward and backward in BF16) instead.")
   quant = Nvfp4Quantization(policy=policy_from_config(config), backend=backend, switches=switches,
                             nonfinite_check=bool(getattr(config, "nvfp4_nonfinite_check", True)))
   return moe.with_experts(quant, config)

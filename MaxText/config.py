@@ -30,6 +30,7 @@ __all__ = [
     "NVFP4AttentionPrecision",
     "NVFP4Backend",
     "NVFP4MlpPrecision",
+    "NVFP4MoeExperts",
     "NVFP4Config",
     "format_config_error",
     "is_config_error",
@@ -79,6 +80,17 @@ class NVFP4MlpPrecision(str, enum.Enum):
   BF16 = "bf16"
 
 
+class NVFP4MoeExperts(str, enum.Enum):
+  """Precision of the routed-expert GEMMs (MoE: num_experts > 1) under an NVFP4 mode.
+
+  NVFP4: the MLP recipe per expert (MaxText.moe; emulated backend: TE 2.20.2 has no NVFP4 grouped GEMM).
+  BF16: experts unquantized, dense GEMMs NVFP4; required with nvfp4_backend=te, and said in the plan.
+  """
+
+  NVFP4 = "nvfp4"
+  BF16 = "bf16"
+
+
 class NVFP4Config(types.MaxTextConfig):
   """maxtext's config plus the NVFP4 plugin keys.
 
@@ -100,6 +112,11 @@ class NVFP4Config(types.MaxTextConfig):
       description="Precision of the MLP GEMMs under an NVFP4 mode: 'nvfp4' (the recipe) or 'bf16' (a baseline that"
       " keeps the same quant object and so the same initial weights).",
   )
+  nvfp4_moe_experts: NVFP4MoeExperts = Field(
+      NVFP4MoeExperts.NVFP4,
+      description="Routed-expert GEMMs under an NVFP4 mode: 'nvfp4' (the MLP recipe per expert; the emulated backend"
+      " only) or 'bf16' (experts unquantized; required with nvfp4_backend=te). Follows nvfp4_mlp_precision=bf16.",
+  )
   nvfp4_stochastic_rounding: bool = Field(
       True,
       description=(
@@ -112,6 +129,13 @@ class NVFP4Config(types.MaxTextConfig):
       description=(
           "16x16 block scales for weights, shared by W and W^T so forward and backward see the same quantized"
           " weight (NVIDIA's recipe). False: 1x16 blocks like the other operands (an ablation)."
+      ),
+  )
+  nvfp4_nonfinite_check: bool = Field(
+      True,
+      description=(
+          "TE backend: make an NVFP4 GEMM's output (y, dx or dW) NaN when one of its operands holds a NaN/inf (TE's"
+          " FP4 quantizer can turn a NaN into a finite value). Costs a max|.| per operand; false turns it off."
       ),
   )
 
@@ -148,21 +172,23 @@ class NVFP4Config(types.MaxTextConfig):
     if str(getattr(self.shard_mode, "value", self.shard_mode)) == "explicit":
       raise ValueError(f"quantization={mode} with shard_mode=explicit: the NVFP4 GEMMs take their tensor amax "
                        "under auto (GSPMD) sharding only. Set shard_mode=auto.")
-    if self.num_experts > 1:  # MoE: never silently unquantized experts (plan.py backs this up for num_experts=1)
-      block = getattr(self.decoder_block, "value", self.decoder_block)
-      raise ValueError(f"quantization={mode} with num_experts={self.num_experts} (routed experts, decoder_block="
-                       f"{block}, sparse_matmul={self.sparse_matmul}, megablox={self.megablox}): NVFP4 expert GEMMs "
-                       "are not implemented, the experts would train unquantized. Use quantization=fp8 for MoE "
-                       "models, or num_experts=1.")
-    self._check_bf16_layers_and_steps(mode)
-    if self.nvfp4_backend == NVFP4Backend.TE:
-      from MaxText.backend import resolve_backend  # pylint: disable=import-outside-toplevel
+    from MaxText.moe import config_error as moe_error  # pylint: disable=import-outside-toplevel
 
-      resolve_backend("te")  # raises ValueError naming the reason and nvfp4_backend=emulated
+    if (error := moe_error(self, mode)) is not None:  # routed experts: NVFP4 where they can run, else one line
+      raise ValueError(error)
+    self._check_bf16_layers_and_steps(mode)
+    from MaxText.backend import Backend, resolve_backend  # pylint: disable=import-outside-toplevel
+
+    # te: raises ValueError naming the reason and nvfp4_backend=emulated; auto: the choice, logged once.
+    on_te = resolve_backend(str(getattr(self.nvfp4_backend, "value", self.nvfp4_backend))) is Backend.TE
     from MaxText.gemm_shapes import block_errors, nvfp4_gemm_dims  # pylint: disable=import-outside-toplevel
     from MaxText.nvfp4.formats import BLOCK_SIZE  # pylint: disable=import-outside-toplevel
 
     errors = block_errors(nvfp4_gemm_dims(self), BLOCK_SIZE, mode)
+    if not errors and on_te:  # what TransformerEngine would refuse on Blackwell, per device (MaxText/te_rules.py)
+      from MaxText.te_rules import te_errors  # pylint: disable=import-outside-toplevel
+
+      errors = te_errors(self)
     if errors:
       raise ValueError(errors[0] + (f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""))
     return self
@@ -182,6 +208,9 @@ class NVFP4Config(types.MaxTextConfig):
       raise ValueError(f"quantization={mode} with nvfp4_bf16_first_layers={first} + nvfp4_bf16_last_layers={last} "
                        f"= all {layers} decoder layers puts no GEMM in NVFP4; lower them, or set "
                        "nvfp4_mlp_precision=bf16 for an all-BF16 baseline.")
+    if self.nvfp4_bf16_forward_from_step is not None and self.nvfp4_backend == NVFP4Backend.TE:
+      raise ValueError("nvfp4_bf16_forward_from_step is implemented for the emulated backend only so far; with "
+                       "nvfp4_backend=te use nvfp4_bf16_from_step (forward and backward in BF16) instead.")
     if self.nvfp4_bf16_from_step == 0:
       raise ValueError(f"quantization={mode} with nvfp4_bf16_from_step=0 runs every GEMM in BF16 from the first "
                        "step: no GEMM is NVFP4. Use a later step, or nvfp4_mlp_precision=bf16 for a BF16 baseline.")

@@ -104,8 +104,11 @@ def test_layer_summary_for_the_plan() -> None:
                                            "NVFP4 GEMMs in BF16 from step 8200")
 
 
-def test_layer_indices_are_assigned_in_scanned_and_unscanned_models() -> None:
-  """The model hook writes each NVFP4 GEMM's decoder layer index: stacked [0..3] under scan, one per layer without."""
+def test_layer_indices_are_assigned_in_scanned_and_unscanned_models(tmp_path) -> None:
+  """The model hook writes each NVFP4 GEMM's decoder layer index: stacked [0..3] under scan, one per layer without.
+
+  Building models outside a training run writes no precision plan.
+  """
   import MaxText  # pylint: disable=import-outside-toplevel
   from flax import nnx  # pylint: disable=import-outside-toplevel
 
@@ -118,7 +121,7 @@ def test_layer_indices_are_assigned_in_scanned_and_unscanned_models() -> None:
   for scan in ("true", "false"):
     config = pyconfig.initialize(["t", str(TINY_YML), "quantization=te_nvfp4", "nvfp4_backend=emulated",
                                   "base_num_decoder_layers=4", "nvfp4_bf16_first_layers=1", "nvfp4_bf16_last_layers=1",
-                                  f"scan_layers={scan}", "base_output_directory=/tmp/nvfp4-switch-test"])
+                                  f"scan_layers={scan}", f"base_output_directory={tmp_path}"])
     _, model = model_creation_utils.create_nnx_abstract_model(config)
     del model
     concrete = model_creation_utils.from_config(config, rngs=nnx.Rngs(params=0, dropout=1, aqt=2))
@@ -129,6 +132,7 @@ def test_layer_indices_are_assigned_in_scanned_and_unscanned_models() -> None:
       assert all(v == [0, 1, 2, 3] for v in found.values()), found
     else:
       assert all(v == int(k.split("/")[1].split("_")[1]) for k, v in found.items()), found
+  assert not list(tmp_path.rglob("precision_plan.json"))
 
 
 # --- Through maxtext's trainer (subprocesses) -----------------------------------------------------------------
@@ -190,3 +194,19 @@ def test_bf16_edge_layers_scanned_and_unscanned(tmp_path, jax_cache_dir) -> None
     assert plan["decoder_layers_mlp"] == ["bf16", "nvfp4", "nvfp4", "bf16"], plan
     assert plan["switches"]["bf16_first_layers"] == 1 and plan["switches"]["bf16_last_layers"] == 1
   assert "MLP GEMMs per decoder layer: 0: bf16, 1-2: nvfp4, 3: bf16" in log
+
+
+def test_paper_recipe_variants_differ_from_nvidias_recipe_only_in_the_switches() -> None:
+  import yaml  # pylint: disable=import-outside-toplevel
+
+  from tests.conftest import CONFIGS_DIR  # pylint: disable=import-outside-toplevel
+
+  for name, layers, expected in (("llama3_8b", 32, {"nvfp4_bf16_last_layers": 4}),
+                                 ("llama3.1_405b", 126, {"nvfp4_bf16_first_layers": 2, "nvfp4_bf16_last_layers": 16})):
+    variant = yaml.safe_load((CONFIGS_DIR / "recipes" / "paper" / f"{name}_te_nvfp4_paper.yml").read_text())
+    base = yaml.safe_load((CONFIGS_DIR / "recipes" / f"{name}_te_nvfp4.yml").read_text())
+    assert variant.pop("base_config") == f"../{name}_te_nvfp4.yml"
+    assert variant.pop("run_name") == f"{base['run_name']}_paper"
+    assert variant == {**expected, "nvfp4_bf16_from_step": int(0.82 * base["steps"])}
+    bf16 = sum(expected.values())
+    assert 0.1 < bf16 / layers < 0.2  # the paper keeps about 15% of the blocks in BF16
