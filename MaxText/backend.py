@@ -31,24 +31,47 @@ class Environment:
 
   te_error: str | None  # None when transformer_engine.jax imports
   gpu_capabilities: tuple[float, ...]  # one per local GPU; empty without GPUs
+  te_nvfp4_error: str | None = None  # TE's own reason when its support check refuses NVFP4 here
 
   @property
   def blackwell(self) -> bool:
     return bool(self.gpu_capabilities) and min(self.gpu_capabilities) >= MIN_COMPUTE_CAPABILITY
 
 
+def te_nvfp4_support_error() -> str | None:
+  """TE's own verdict on NVFP4 here (transformer_engine.jax must import): None when supported, else its reason.
+
+  TE 2.20.2's `is_scaling_mode_supported(ScalingMode.NVFP4_1D_SCALING)` checks every local GPU for compute
+  capability >= 10.0, cuBLASLt >= 12.8 and CUDA >= 12.8 (and a recent enough jax): more than the capability
+  alone, which is all jax reports.
+  """
+  try:
+    from transformer_engine.jax.quantize import ScalingMode, is_scaling_mode_supported  # pylint: disable=import-outside-toplevel
+  except ImportError as e:  # a TE without this API: say so rather than guess
+    return f"this TransformerEngine has no is_scaling_mode_supported ({e}); TE 2.20.2 is the tested version"
+  supported, reason = is_scaling_mode_supported(ScalingMode.NVFP4_1D_SCALING)
+  return None if supported else (reason or "TransformerEngine reports NVFP4 unsupported")
+
+
 def probe_environment() -> Environment:
-  """Imports transformer_engine.jax (if installed) and reads every local GPU's compute capability."""
+  """Imports transformer_engine.jax (if installed), reads every local GPU's compute capability, and asks TE."""
   try:
     importlib.import_module("transformer_engine.jax")
     te_error = None
-  except Exception as e:  # pylint: disable=broad-exception-caught  # ImportError, or TE's own init errors
+  except Exception as e:  # pylint: disable=broad-exception-caught  # ImportError, OSError, or TE's own init errors
     te_error = f"{type(e).__name__}: {e}"
   try:
     gpus = jax.local_devices(backend="gpu")
   except RuntimeError:  # no GPU backend in this jax
     gpus = []
-  return Environment(te_error, tuple(float(getattr(d, "compute_capability", 0) or 0) for d in gpus))
+  capabilities = tuple(float(getattr(d, "compute_capability", 0) or 0) for d in gpus)
+  te_nvfp4_error = None
+  if te_error is None and capabilities:
+    try:
+      te_nvfp4_error = te_nvfp4_support_error()
+    except Exception as e:  # pylint: disable=broad-exception-caught  # a failing query is a reason, not a crash
+      te_nvfp4_error = f"TransformerEngine's NVFP4 support check failed: {type(e).__name__}: {e}"
+  return Environment(te_error, capabilities, te_nvfp4_error)
 
 
 def _te_unavailable_reason(env: Environment) -> str | None:
@@ -59,6 +82,8 @@ def _te_unavailable_reason(env: Environment) -> str | None:
   if not env.blackwell:
     caps = ", ".join(f"{c:.1f}" for c in env.gpu_capabilities)
     return f"NVFP4 needs compute capability >= {MIN_COMPUTE_CAPABILITY:.1f} (Blackwell) on every GPU; found {caps}"
+  if env.te_nvfp4_error:
+    return f"TransformerEngine's support check refuses NVFP4 here: {env.te_nvfp4_error}"
   return None
 
 

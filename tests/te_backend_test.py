@@ -1,0 +1,72 @@
+# Copyright 2026 The MaxText NVFP4 plugin authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#    https://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""te_backend's non-finite guard, on a plain JAX GEMM (it wraps any differentiable gemm(x, w, extra)).
+
+Why here and not only in tests/te: the guard's logic (which operand poisons which output) runs on CPU with real
+numbers; the TE group checks that the same ops sit beside TE's kernels in the lowered train step.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from MaxText.te_backend import nonfinite_guard
+
+
+def _gemm(x, w, extra):
+  del extra
+  return x @ w
+
+
+def _outputs(x, w, dy):
+  guarded = nonfinite_guard(_gemm)
+  y, pullback = jax.vjp(lambda a, b: guarded(a, b, None), x, w)
+  dx, dw = pullback(dy)
+  return {"y": bool(jnp.all(jnp.isfinite(y))), "dx": bool(jnp.all(jnp.isfinite(dx))),
+          "dw": bool(jnp.all(jnp.isfinite(dw)))}
+
+
+@pytest.mark.parametrize(
+    "bad, finite",
+    [
+        (None, {"y": True, "dx": True, "dw": True}),
+        ("x", {"y": False, "dx": True, "dw": False}),  # x feeds fprop and wgrad
+        ("w", {"y": False, "dx": False, "dw": True}),  # W feeds fprop and dgrad
+        ("dy", {"y": True, "dx": False, "dw": False}),  # dY feeds dgrad and wgrad
+    ],
+)
+@pytest.mark.parametrize("value", [np.nan, np.inf])
+def test_a_nonfinite_operand_poisons_exactly_the_gemms_it_feeds(bad, finite, value):
+  rng = np.random.default_rng(0)
+  x = rng.standard_normal((32, 64)).astype(np.float32)
+  w = rng.standard_normal((64, 16)).astype(np.float32)
+  dy = rng.standard_normal((32, 16)).astype(np.float32)
+  arrays = {"x": x, "w": w, "dy": dy}
+  if bad:
+    arrays[bad][3, 5] = value  # one element
+  assert _outputs(**{k: jnp.asarray(v) for k, v in arrays.items()}) == finite
+
+
+def test_guard_leaves_finite_results_unchanged():
+  x = jnp.arange(12.0).reshape(3, 4)
+  w = jnp.ones((4, 2))
+  y, pullback = jax.vjp(lambda a, b: nonfinite_guard(_gemm)(a, b, None), x, w)
+  dx, dw = pullback(jnp.ones((3, 2)))
+  np.testing.assert_array_equal(y, x @ w)
+  np.testing.assert_array_equal(dx, jnp.ones((3, 2)) @ w.T)
+  np.testing.assert_array_equal(dw, x.T @ jnp.ones((3, 2)))
