@@ -51,6 +51,31 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
       item.add_marker(skip)
 
 
+_SESSION_START = time.monotonic()
+_SLOW: dict[str, str] = {}  # nodeid of each `slow` test -> its place in the run, "7/250"
+_REPORTER: list = []  # pytest's terminal reporter, once collection is done
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+  """Remembers where the `slow` tests sit in the run, for `pytest_runtest_logstart`."""
+  _SLOW.update({it.nodeid: f"{i}/{len(session.items)}" for i, it in enumerate(session.items, 1)
+                if it.get_closest_marker("slow")})  # fmt: skip
+  _REPORTER[:] = [r for r in [session.config.pluginmanager.get_plugin("terminalreporter")] if r is not None]
+
+
+def pytest_runtest_logstart(nodeid: str, location: tuple) -> None:
+  """Names each `slow` test as it starts (before its fixtures), with its place in the run and the elapsed time.
+
+  Why: a slow test and the module fixtures it builds can keep `pytest -q` silent for minutes, which reads as a hang.
+  This hook runs outside output capture, so the line reaches the terminal at once.
+  """
+  del location
+  if nodeid in _SLOW and _REPORTER:
+    elapsed = (time.monotonic() - _SESSION_START) / 60
+    # A line of its own: in -q mode the reporter does not know whether a row of dots is open, so always break it.
+    _REPORTER[0].write_line(f"\n[test {_SLOW[nodeid]}, {elapsed:.1f} min in] slow, running: {nodeid}")
+
+
 @dataclasses.dataclass(frozen=True)
 class Run:
   """A finished subprocess: exit status, captured streams, wall time in seconds."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import shutil
 import subprocess
 import sys
 
@@ -170,3 +171,20 @@ def test_smoke_run_writes_the_report(tmp_path):
   # --set reaches the candidate only: the baseline's command line does not carry it.
   assert "nvfp4_attention_precision=fp8" in logs["te_nvfp4"].splitlines()[0]
   assert "nvfp4_attention_precision=fp8" not in logs["bf16"].splitlines()[0]
+
+
+def test_suite_names_each_slow_test_as_it_starts(tmp_path):
+  """tests/conftest.py prints `[test i/n, t min in] slow, running: <nodeid>` before a slow test's fixtures run."""
+  shutil.copy(REPO_ROOT / "tests" / "conftest.py", tmp_path / "conftest.py")
+  (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    slow: x\n", encoding="utf-8")
+  (tmp_path / "test_x.py").write_text(
+      "import pytest\n\ndef test_fast():\n  pass\n\n@pytest.mark.slow\ndef test_slow():\n  pass\n", encoding="utf-8"
+  )
+  proc = subprocess.run(
+      [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c", str(tmp_path / "pytest.ini"),
+       str(tmp_path / "test_x.py")],
+      cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False,
+  )  # fmt: skip
+  assert proc.returncode == 0, proc.stdout + proc.stderr
+  assert "[test 2/2, " in proc.stdout and "min in] slow, running: test_x.py::test_slow" in proc.stdout
+  assert "test_fast" not in proc.stdout
