@@ -1,5 +1,5 @@
 # Copyright 2026 The NVFP4-for-MaxText Authors. Licensed under the Apache License, Version 2.0.
-"""CLI: `python -m MaxText.compare RUN ... --baseline NAME [--out DIR] [--window-start STEP] [--smooth N]`.
+"""CLI: `python -m MaxText.compare RUN ... --baseline NAME [--out DIR] [--window-start STEP] [--smooth N] ...`.
 
 A RUN is a run dir (`<base_output_directory>/<run_name>`, named by its basename), a metrics .jsonl (named by its
 `run_name` field), or NAME=PATH to name it explicitly. Exit status: 0 when the report was written (a diverged run
@@ -38,6 +38,16 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
   parser.add_argument(
       "--perf-start-step", type=int, default=_DEFAULTS.perf_start_step, help="throughput medians use steps >= this"
   )
+  parser.add_argument(
+      "--band-rel", type=float, default=_DEFAULTS.band_rel, help="verdict ok: |gap| / baseline loss <= this"
+  )
+  parser.add_argument(
+      "--drift-rel", type=float, default=_DEFAULTS.drift_rel, help="verdict drifting up to this relative gap, off above"
+  )
+  parser.add_argument(
+      "--contention-cores", type=float, default=_DEFAULTS.contention_cores,
+      help="other work busier than this many cores during a run (machine.json) withholds the speedup",
+  )  # fmt: skip
   parser.add_argument("--print-schema", action="store_true", help="print report.json's JSON Schema and exit")
   return parser.parse_args(argv)
 
@@ -63,6 +73,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         smooth=args.smooth,
         step0_tolerance=args.step0_tol,
         perf_start_step=args.perf_start_step,
+        band_rel=args.band_rel,
+        drift_rel=args.drift_rel,
+        contention_cores=args.contention_cores,
     )
     runs = [_load(spec) for spec in args.runs]
     report = build_report(runs, args.baseline, settings)

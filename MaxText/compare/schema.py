@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 SCHEMA_VERSION = "1.1"  # 1.1: run backend/machine load, eval gaps, verdicts, speedup withheld when emulated
 
@@ -71,6 +71,12 @@ class Settings(_Model):
   contention_cores: float = Field(
       0.25, ge=0, description="other work busier than this many cores during a run makes its step times unreliable"
   )
+
+  @model_validator(mode="after")
+  def _bands_in_order(self) -> "Settings":
+    if self.drift_rel < self.band_rel:
+      raise ValueError(f"drift_rel={self.drift_rel} must be >= band_rel={self.band_rel} (the ok band sits inside)")
+    return self
 
 
 class MachineLoad(_Model):

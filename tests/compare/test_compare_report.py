@@ -91,11 +91,14 @@ def test_table_lists_baseline_first(three_runs):
 def test_cli_writes_report_and_prints_table(tmp_path, three_runs, capsys):
   args = [f"{r.name}={r.path}" for r in three_runs]
   out = tmp_path / "cli"
-  assert cli.main([*args, "--baseline", "bf16", "--out", str(out), "--smooth", "5", "--window-start", "10"]) == 0
+  assert cli.main([*args, "--baseline", "bf16", "--out", str(out), "--smooth", "5", "--window-start", "10",
+                   "--band-rel", "0.02", "--drift-rel", "0.05", "--contention-cores", "0.5"]) == 0  # fmt: skip
   printed = capsys.readouterr().out
   assert "| bf16 | baseline" in printed and "| nvfp4 | ok |" in printed
+  assert "- **nvfp4**: ok: smoothed final training loss +0.030 nats" in printed and "2% band" in printed
   report = read_report(out / "report.json")
   assert report.settings.smooth == 5 and report.settings.window_start == 10
+  assert (report.settings.band_rel, report.settings.drift_rel, report.settings.contention_cores) == (0.02, 0.05, 0.5)
   assert all(c.loss_gap.window_start_step == 10 for c in report.comparisons)
 
 
@@ -106,6 +109,9 @@ def test_cli_bad_input_exits_2(tmp_path, three_runs, capsys):
   assert cli.main([str(tmp_path / "missing"), args[0], "--baseline", "bf16"]) == 2
   assert cli.main([args[0], "--baseline", "bf16"]) == 2  # one run is not a comparison
   assert cli.main([*args, "--baseline", "bf16", "--smooth", "0", "--out", str(tmp_path)]) == 2
+  capsys.readouterr()
+  assert cli.main([*args, "--baseline", "bf16", "--band-rel", "0.05", "--drift-rel", "0.01", "--out", str(tmp_path)]) == 2
+  assert "drift_rel=0.01 must be >= band_rel=0.05" in capsys.readouterr().err
 
 
 def test_cli_prints_schema(capsys):
