@@ -7,7 +7,6 @@ import json
 import pathlib
 import shutil
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -15,7 +14,7 @@ import pytest
 
 from MaxText import switches as sw
 from MaxText.adapter import Nvfp4DotGeneral
-from MaxText.nvfp4.gemm import GemmRecipe, nvfp4_dot_general
+from MaxText.nvfp4.gemm import GemmRecipe
 from tests.conftest import read_losses, train_cli
 
 _DIMS = (((1,), (0,)), ((), ()))
