@@ -180,14 +180,14 @@ def test_bf16_edge_layers_scanned_and_unscanned(tmp_path, jax_cache_dir) -> None
   """first=1, last=1 of 4 layers: the plan says so per layer; scanned and unscanned train alike.
 
   Tolerance: maxtext draws the initial weights differently for a scanned stack (one rng fork per layer inside a
-  scan) and for separate layers, so the two runs start from different weights: their step-0 losses agree to
-  0.02 nats and every later loss to 0.15 nats on this tiny model (measured: see the test's failure message).
+  scan) and for separate layers, so the two runs start from different weights. Measured here: step-0 losses
+  6.081 vs 6.117 (0.036 nats apart), every later step within 0.04. Bounds: 0.05 at step 0, 0.1 after.
   """
   edges = ["base_num_decoder_layers=4", "nvfp4_bf16_first_layers=1", "nvfp4_bf16_last_layers=1"]
   scanned, log = _train(tmp_path, "scanned", jax_cache_dir, *edges, "scan_layers=true")
   unscanned, _ = _train(tmp_path, "unscanned", jax_cache_dir, *edges, "scan_layers=false")
-  assert abs(scanned[0] - unscanned[0]) < 0.02, (scanned, unscanned)
-  assert max(abs(a - b) for a, b in zip(scanned, unscanned)) < 0.15, (scanned, unscanned)
+  assert abs(scanned[0] - unscanned[0]) < 0.05, (scanned, unscanned)
+  assert max(abs(a - b) for a, b in zip(scanned, unscanned)) < 0.1, (scanned, unscanned)
   for name in ("scanned", "unscanned"):
     plan = json.loads((tmp_path / name / "precision_plan.json").read_text())
     assert plan["decoder_layers_mlp"] == ["bf16", "nvfp4", "nvfp4", "bf16"], plan
