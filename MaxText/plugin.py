@@ -19,6 +19,10 @@ at call time, which is why wrapping them works:
 - `maxtext.configs.pyconfig.initialize` (and `initialize_pydantic`): the pre-training `main` calls
   `pyconfig.initialize(argv)`; the wrapper supplies `config_class=NVFP4Config` (a caller's own class keeps
   working, with our keys added to it). Errors are left to maxtext's own handling.
+- `maxtext.layers.quantizations.maybe_quantize_model`: after each model build, writes the NVFP4 GEMMs' layer
+  indices and (in training runs only) the precision plan.
+- maxtext's pre-training trainer (`maxtext.trainers.pre_train.train`), once imported: `train_loop` runs as a
+  training run (resume record, plan) and `train_step`/`eval_step` expose the state's step to the GEMMs.
 - `maxtext.layers.quantizations.configure_quantization(config, quant_mode_str)`: model creation
   (`maxtext.utils.model_creation_utils.create_model`) calls it for every model it builds, including the
   abstract one traced under `nnx.eval_shape`. For `quantization` in `NVFP4_MODES` the wrapper returns
@@ -67,14 +71,14 @@ def nvfp4_quantization(config: Any, quant_mode_str: str = "train") -> Any:
 
 
 def _wrap_maybe_quantize_model(original: Callable[..., Any]) -> Callable[..., Any]:
-  """After maxtext builds a model, writes and prints the NVFP4 precision plan read off that model."""
+  """After maxtext builds a model: writes each NVFP4 GEMM's decoder layer index (for BF16 first/last layers) and,
+  in a training run, writes and prints the NVFP4 precision plan read off that model."""
 
   @functools.wraps(original)
   def maybe_quantize_model(model: Any, config: Any) -> Any:
-    from MaxText import plan  # pylint: disable=import-outside-toplevel
-    from MaxText.config import NVFP4_MODES  # pylint: disable=import-outside-toplevel
-
-    from MaxText import run_record, switches  # pylint: disable=import-outside-toplevel
+    # pylint: disable=import-outside-toplevel
+    from MaxText import plan, run_record, switches
+    from MaxText.config import NVFP4_MODES
 
     model = original(model, config)
     if _quantization_name(config) in NVFP4_MODES:
