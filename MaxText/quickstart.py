@@ -59,6 +59,8 @@ DEFAULT_CORPUS = Path("results/corpus")
 BASELINE = "bf16"
 #: Progress lines per run: the mean training loss of the steps since the previous line, this many times.
 PROGRESS_LINES = 6
+#: ... and at least one line this often (seconds) while steps arrive: on a busy machine 50 steps can take minutes.
+PROGRESS_SECONDS = 30.0
 #: Lines of a failed run's log repeated on the terminal.
 FAILURE_TAIL_LINES = 25
 
@@ -141,18 +143,22 @@ class RunProgress:
   name: str
   total_steps: int
   emit: Callable[[str], None]
+  clock: Callable[[], float] = time.monotonic
   every: int = dataclasses.field(init=False)  # steps between progress lines, about total_steps / PROGRESS_LINES
   last_step: int = dataclasses.field(init=False, default=-1)
   last_loss: float = dataclasses.field(init=False, default=math.nan)
   last_eval: float = dataclasses.field(init=False, default=math.nan)
   _losses: list[float] = dataclasses.field(init=False, default_factory=list)  # since the last progress line
   _times: list[float] = dataclasses.field(init=False, default_factory=list)
+  _last_emit: float = dataclasses.field(init=False, default=0.0)  # clock() at the last progress line
 
   def __post_init__(self):
     self.every = max(1, (self.total_steps - 1) // PROGRESS_LINES)
+    self._last_emit = self.clock()
 
   def feed(self, line: str) -> None:
-    """Reads one log line; prints a progress line every `every` steps, at the last step and for each eval.
+    """Reads one log line; prints a progress line every `every` steps (or PROGRESS_SECONDS), at the last step and
+    for each eval.
 
     Steps are maxtext's (0 .. total_steps - 1), the numbering of the eval lines and of the report.
     """
@@ -162,7 +168,9 @@ class RunProgress:
       self._losses.append(loss)
       if step > 0:  # step 0 includes compilation
         self._times.append(seconds)
-      if (step > 0 and step % self.every == 0) or step == self.total_steps - 1:
+      late = self.clock() - self._last_emit >= PROGRESS_SECONDS
+      if (step > 0 and (step % self.every == 0 or late)) or step == self.total_steps - 1:
+        self._last_emit = self.clock()
         speed = f", {sum(self._times) / len(self._times):.2f} s/step" if self._times else ""
         self.emit(
             f"  {self.name:<16} step {step:>4} ({100 * (step + 1) // self.total_steps:>3}%)  train loss {loss:6.3f}, "

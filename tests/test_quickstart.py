@@ -59,6 +59,17 @@ def test_progress_prints_stretch_means_the_last_step_and_evals():
   assert (progress.last_step, progress.last_loss, progress.last_eval) == (12, -2.0, 7.48)
 
 
+def test_progress_prints_at_least_every_progress_seconds_on_a_slow_machine():
+  now = [0.0]
+  lines: list[str] = []
+  progress = quickstart.RunProgress(name="bf16", total_steps=301, emit=lines.append, clock=lambda: now[0])
+  for step in range(1, 10):  # every = 50: no step-count line before step 50
+    now[0] += quickstart.PROGRESS_SECONDS / 2 + 0.01  # a slow machine: a new line every second step
+    progress.feed(_TRAIN.format(step=step, loss=5.0))
+  assert [line.split("(")[0].split()[-1] for line in lines] == ["2", "4", "6", "8"]
+  assert "mean of the last 2:" in lines[1]
+
+
 def test_progress_reads_a_nan_loss():
   progress = quickstart.RunProgress(name="x", total_steps=2, emit=lambda _: None)
   progress.feed(_TRAIN.format(step=1, loss="nan"))
