@@ -3,6 +3,9 @@
 """`make quickstart`: bf16, fp8, te_nvfp4 and te_nvfp4_no_rht on the local corpus, then the comparison.
 
   .venv/bin/python scripts/quickstart.py [--out results/quickstart] [--smoke] [--steps N] [--precisions ...]
+      [--set KEY=VALUE ...] [--set-baseline KEY=VALUE ...] [--set-all KEY=VALUE ...]
+
+--smoke writes to <out>-smoke; --set changes the candidates only, --set-baseline the bf16 baseline, --set-all both.
 
 Thin on purpose: the logic lives in MaxText/quickstart.py, where the tests reach it.
 """
