@@ -274,7 +274,8 @@ def _parse_args(argv: Iterable[str] | None) -> argparse.Namespace:
       description="Train the tiny Llama on the local corpus in bf16, fp8, te_nvfp4 and te_nvfp4_no_rht (CPU), "
       "then compare them with the bf16 baseline: report.md, report.json, loss.png, throughput.png.",
   )
-  parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"output dir (default: {DEFAULT_OUT}; with --smoke OUT{SMOKE_SUFFIX})")
+  parser.add_argument("--out", type=Path, default=DEFAULT_OUT,
+                      help=f"output dir (default: {DEFAULT_OUT}; with --smoke OUT{SMOKE_SUFFIX})")  # fmt: skip
   parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS, help=f"corpus dir, built if needed ({DEFAULT_CORPUS})")
   parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="model/schedule YAML (configs/quickstart.yml)")
   parser.add_argument("--steps", type=int, default=None, help="training steps per run (default: the config's)")
@@ -289,8 +290,9 @@ def _parse_args(argv: Iterable[str] | None) -> argparse.Namespace:
   parser.add_argument("--set-all", dest="all_overrides", nargs="+", default=[], metavar="KEY=VALUE",
                       help="maxtext overrides for every run, baseline included (e.g. learning_rate=1e-3)")  # fmt: skip
   parser.add_argument("--smoke", action="store_true",
-                      help=f"check the machinery (1.5-3 min on a busy 2-core machine): {SMOKE_STEPS} steps, {' and '.join(SMOKE_PRECISIONS)}; "
-                      f"writes to OUT{SMOKE_SUFFIX} (results/quickstart{SMOKE_SUFFIX}), never over a full run")  # fmt: skip
+                      help=f"check the machinery (1.5-3 min on a busy 2-core machine): {SMOKE_STEPS} steps, "
+                      f"{' and '.join(SMOKE_PRECISIONS)}; writes to OUT{SMOKE_SUFFIX} "
+                      f"(results/quickstart{SMOKE_SUFFIX}), never over a full run")  # fmt: skip
   return parser.parse_args(None if argv is None else list(argv))
 
 

@@ -106,7 +106,8 @@ def test_bad_arguments_exit_2_with_one_line(tmp_path, capsys):
 
 def test_set_changes_the_candidates_and_set_baseline_the_baseline():
   args = quickstart._parse_args(  # pylint: disable=protected-access
-      ["--set", "nvfp4_attention_precision=fp8", "--set-baseline", "remat_policy=full", "--set-all", "learning_rate=1e-3"]
+      ["--set", "nvfp4_attention_precision=fp8", "--set-baseline", "remat_policy=full",
+       "--set-all", "learning_rate=1e-3"]  # fmt: skip
   )
   by_name = {p.name: quickstart.run_overrides(p, args) for p in quickstart.PRECISIONS}
   assert by_name["bf16"] == ["learning_rate=1e-3", "remat_policy=full"]

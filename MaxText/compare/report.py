@@ -71,10 +71,11 @@ def loss_table(report: Report) -> str:
       status = "baseline" + (f", diverged at step {run.first_nonfinite_step}" if run.diverged else "")
       evals = {x.final_eval_baseline_loss for x in report.comparisons if x.final_eval_baseline_loss is not None}
       eval_note = f"eval loss {min(evals):.3f}" if len(evals) == 1 else "—"
-      rows.append(f"| {run.name} | {status} | {run.num_steps} | {eval_note} | — | — | — | — | — | — | — |")
+      rows.append(f"| {run.name} | {status} | {run.num_steps} | {eval_note} |" + " — |" * 7)
       continue
     gap = c.loss_gap
-    step0 = "n/a" if c.step0.abs_diff is None else f"{c.step0.abs_diff:.4f}" + ("" if c.step0.within_tolerance else " (!)")
+    step0 = "n/a" if c.step0.abs_diff is None else f"{c.step0.abs_diff:.4f}"
+    step0 += "" if c.step0.abs_diff is None or c.step0.within_tolerance else " (!)"
     rel = None if c.final_eval_gap_rel is None else 100 * c.final_eval_gap_rel
     max_gap = "n/a" if gap is None else f"{gap.max_nats:+.4f} ({gap.max_step})"
     rows.append(
@@ -157,10 +158,12 @@ def _speed_notes(report: Report) -> list[str]:
         f"each run: {spans}."
     )
   else:
-    notes.append("- Machine load: not recorded (machine.json is written by the quickstart); p90/p50 shows step-time noise.")
+    notes.append(
+        "- Machine load: not recorded (machine.json is written by the quickstart); p90/p50 shows step-time noise."
+    )
   notes.append(
-      f"- Step times: medians over steps >= {s.perf_start_step}; p90/p50 near 1 means steady steps. A speedup (baseline "
-      "step time / run step time) is claimed only for non-emulated runs on an accelerator on a quiet machine."
+      f"- Step times: medians over steps >= {s.perf_start_step}; p90/p50 near 1 means steady steps. A speedup "
+      "(baseline step time / run step time) is claimed only for non-emulated runs on an accelerator on a quiet machine."
   )
   return notes
 
@@ -178,7 +181,8 @@ def markdown_table(report: Report) -> str:
 def markdown_report(report: Report) -> str:
   """report.md: verdicts, the loss table, the step-time table, and the definitions needed to read them."""
   s = report.settings
-  windows = sorted({(c.loss_gap.window_start_step, c.loss_gap.window_rule.value) for c in report.comparisons if c.loss_gap})
+  gaps = [c.loss_gap for c in report.comparisons if c.loss_gap]
+  windows = sorted({(g.window_start_step, g.window_rule.value) for g in gaps})
   window_text = ", ".join(f"steps >= {start} ({rule})" for start, rule in windows) or "empty"
   lines = [
       f"# Precision comparison against `{report.baseline}`",
@@ -189,7 +193,8 @@ def markdown_report(report: Report) -> str:
       loss_table(report),
       "- Eval gap: candidate - baseline eval loss at the last train step after which both ran an eval pass (the same "
       "held-out tokens in every run); %: relative to the baseline's eval loss. The verdict uses it.",
-      f"- Training gaps: candidate - baseline training loss in nats on the steps both runs logged; window: {window_text}. "
+      "- Training gaps: candidate - baseline training loss in nats on the steps both runs logged; window: "
+      f"{window_text}. "
       f"Final: difference of trailing means over the last {s.smooth} window steps. Max: largest single-step gap. "
       "Training batches differ from step to step, so single-step gaps swing far more than the eval gap, and a "
       "short run's final training gap can even have the other sign (loss.png, middle panel).",

@@ -115,6 +115,7 @@ def speedup_withheld(baseline: RunSummary, candidate: RunSummary, settings: Sett
   if any(r.hardware == "cpu" for r in (baseline, candidate)):
     reasons.append("ran on CPU: says nothing about GPU speed")
   for r in (baseline, candidate):
-    if r.machine is not None and r.machine.other_cores is not None and r.machine.other_cores > settings.contention_cores:
+    other = r.machine.other_cores if r.machine is not None else None
+    if other is not None and other > settings.contention_cores:
       reasons.append(f"other work kept {r.machine.other_cores:.2f} cores busy during {r.name}")
   return "; ".join(reasons) or None

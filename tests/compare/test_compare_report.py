@@ -110,7 +110,8 @@ def test_cli_bad_input_exits_2(tmp_path, three_runs, capsys):
   assert cli.main([args[0], "--baseline", "bf16"]) == 2  # one run is not a comparison
   assert cli.main([*args, "--baseline", "bf16", "--smooth", "0", "--out", str(tmp_path)]) == 2
   capsys.readouterr()
-  assert cli.main([*args, "--baseline", "bf16", "--band-rel", "0.05", "--drift-rel", "0.01", "--out", str(tmp_path)]) == 2
+  bands = ["--band-rel", "0.05", "--drift-rel", "0.01"]
+  assert cli.main([*args, "--baseline", "bf16", *bands, "--out", str(tmp_path)]) == 2
   assert "drift_rel=0.01 must be >= band_rel=0.05" in capsys.readouterr().err
 
 
