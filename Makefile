@@ -1,11 +1,12 @@
 # Entry points of the MaxText NVFP4 plugin. `make help` lists them.
 
 PY := .venv/bin/python
+GPU_VENV := .venv-gpu
 QUICKSTART_DIR := results/quickstart
 QUICKSTART_ARGS :=
 
 .DEFAULT_GOAL := help
-.PHONY: help setup test quickstart
+.PHONY: help setup test test-cpu test-te quickstart
 
 help: ## List the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-11s %s\n", $$1, $$2}'
@@ -13,8 +14,14 @@ help: ## List the targets.
 setup: ## Create/refresh .venv with ./setup.sh (seconds when nothing changed).
 	./setup.sh
 
-test: setup ## Run the test suite (CPU).
-	$(PY) -m pytest -q tests
+test: test-cpu test-te ## The CPU suite, then the TE group (what CI runs).
+
+test-cpu: setup ## The CPU suite in .venv (everything but tests/te).
+	$(PY) -m pytest -q tests --ignore=tests/te
+
+test-te: ## Build .venv-gpu (./setup.sh --gpu; ~20 min the first time) and lower the TE backend to CUDA on CPU.
+	./setup.sh --gpu --venv $(GPU_VENV)
+	MAXTEXT_TE_TESTS=required $(GPU_VENV)/bin/python -m pytest -v -p no:cacheprovider tests/te
 
 quickstart: setup ## bf16/fp8/te_nvfp4/te_nvfp4_no_rht on the local corpus (~6 min, CPU), compared in results/quickstart/.
 	$(PY) scripts/quickstart.py --out $(QUICKSTART_DIR) $(QUICKSTART_ARGS)

@@ -1,0 +1,54 @@
+# Copyright 2026 The MaxText NVFP4 plugin authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#    https://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""The TE test group: the TransformerEngine backend traced and lowered to CUDA StableHLO on CPU.
+
+Runs with an interpreter that has TransformerEngine: `make test-te` builds .venv-gpu with `./setup.sh --gpu` and
+sets MAXTEXT_TE_TESTS=required, under which a missing or broken TE fails the run. Anywhere else (the CPU suite in
+.venv) these tests are skipped with that reason. 4 simulated CPU devices, for the sharded lowerings.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+# Before jax creates its CPU backend: 4 devices for the fsdp x tensor lowerings, and no GPU backend attempted.
+os.environ["JAX_PLATFORMS"] = "cpu"
+if "--xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+  os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4").strip()
+
+from tests.te import shims  # pylint: disable=wrong-import-position
+
+_REQUIRED = os.environ.get("MAXTEXT_TE_TESTS") == "required"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+  del config
+  here = os.path.dirname(os.path.abspath(__file__))
+  te_items = [item for item in items if str(item.fspath).startswith(here + os.sep)]
+  if not te_items or shims.te_installed():
+    return
+  reason = "tests/te needs TransformerEngine (transformer_engine_jax): run `make test-te`, which builds .venv-gpu"
+  if _REQUIRED:
+    raise pytest.UsageError(f"MAXTEXT_TE_TESTS=required but {reason}")
+  for item in te_items:
+    item.add_marker(pytest.mark.skip(reason=reason))
+
+
+@pytest.fixture(scope="session")
+def te() -> object:
+  """transformer_engine.jax, imported through the test-only shims (see shims.py)."""
+  return shims.import_transformer_engine()

@@ -1,0 +1,140 @@
+# Copyright 2026 The MaxText NVFP4 plugin authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#    https://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""Lowering to CUDA StableHLO on CPU, and reading the TE custom calls out of the text.
+
+`lower_train_step` builds maxtext's own train step the way `train_compile` does (abstract state from
+`train_compile.get_shaped_inputs`, shardings from `get_functional_train_with_signature`) on the CPU devices, and
+lowers it for CUDA: nothing is compiled or run, so no GPU is needed, and what TE puts in the program (its custom
+calls, their attributes, its sharding rules) is all there. `custom_calls` parses the text printed with
+`debug_info=True`, resolving each call's location to its name stack (e.g. `.../decoder/layers/mlp/wi_0/...`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+import re
+import time
+from collections.abc import Sequence
+from typing import Any
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
+#: Every TE custom call target the NVFP4 / FP8 current-scaling dense paths emit start with this.
+TE_PREFIX = "te_"
+
+_CALL_RE = re.compile(r"stablehlo\.custom_call @(?P<target>[\w.]+)\((?P<operands>[^)]*)\)(?P<rest>.*)$")
+_LOC_DEF_RE = re.compile(r"^#(?P<name>loc\d*) = loc\((?P<body>.*)\)\s*$")
+_LOC_REF_RE = re.compile(r"loc\(#(?P<name>loc\d*)\)\s*$")
+
+
+@dataclasses.dataclass(frozen=True)
+class CustomCall:
+  """One `stablehlo.custom_call`: its target, the attribute text after the operands, and its name stack."""
+
+  target: str
+  attrs: str
+  name: str
+
+  def attr(self, key: str) -> str | None:
+    """The value of `key = value` in the call's attributes (e.g. scaling_mode, use_rht), or None."""
+    match = re.search(rf"\b{re.escape(key)} = ([^,}}:]+)", self.attrs)
+    return match.group(1).strip() if match else None
+
+
+def custom_calls(text: str) -> list[CustomCall]:
+  """Every custom call in StableHLO text printed with debug_info=True, with its location resolved to names."""
+  loc_defs = {}
+  for line in text.splitlines():
+    match = _LOC_DEF_RE.match(line.strip())
+    if match:
+      loc_defs[match.group("name")] = match.group("body")
+
+  def resolve(body: str, depth: int = 0) -> list[str]:
+    """The quoted strings of a location body, aliases followed in order (name stacks, file names, functions)."""
+    names = []
+    for token in re.findall(r'"(?:[^"\\]|\\.)*"|#loc\d*', body):
+      if token.startswith('"'):
+        names.append(token[1:-1])
+      elif depth < 16 and token[1:] in loc_defs:
+        names += resolve(loc_defs[token[1:]], depth + 1)
+    return names
+
+  def name_stack(body: str) -> str:
+    """The op's name stack (e.g. "jit(f)/jvp(...)/decoder/layers/mlp/wi_0/..."): the first name that is a path of
+    transformations and modules, not a source file."""
+    for name in resolve(body):
+      if "/" in name and not name.startswith("/"):
+        return name
+    return ""
+
+  calls = []
+  for line in text.splitlines():
+    match = _CALL_RE.search(line)
+    if not match:
+      continue
+    ref = _LOC_REF_RE.search(line)
+    name = name_stack(loc_defs.get(ref.group("name"), "")) if ref else ""
+    calls.append(CustomCall(match.group("target"), match.group("rest"), name))
+  return calls
+
+
+def te_calls(text: str) -> list[CustomCall]:
+  return [c for c in custom_calls(text) if c.target.startswith(TE_PREFIX)]
+
+
+def lower_cuda(fn: Any, *args: Any, **kwargs: Any) -> str:
+  """StableHLO text of jax.jit(fn)(*args) lowered for CUDA, with locations."""
+  import jax  # pylint: disable=import-outside-toplevel
+
+  return jax.jit(fn).trace(*args, **kwargs).lower(lowering_platforms=("cuda",)).as_text(debug_info=True)
+
+
+def load_config(config_path: pathlib.Path | str, overrides: Sequence[str]) -> Any:
+  """maxtext's config through the plugin's config class (MaxText.register())."""
+  from MaxText.plugin import register  # pylint: disable=import-outside-toplevel
+
+  register()
+  from maxtext.configs import pyconfig  # pylint: disable=import-outside-toplevel
+
+  return pyconfig.initialize(["", str(config_path), *overrides])
+
+
+def lower_train_step(config: Any, log: Any = print) -> str:
+  """maxtext's train step for `config`, lowered for CUDA on the CPU devices (as many as the config's mesh asks)."""
+  # pylint: disable=import-outside-toplevel
+  import jax
+  from flax.linen import partitioning as nn_partitioning
+  from jax.sharding import AxisType, Mesh
+  from maxtext.trainers.pre_train import train, train_compile
+  from maxtext.utils import maxtext_utils, sharding
+
+  start = time.perf_counter()
+  devices = jax.devices()[: int(config.num_target_devices or 1)] if hasattr(config, "num_target_devices") else None
+  devices = devices or jax.devices()
+  mesh = Mesh(maxtext_utils.create_device_mesh(config, devices), config.mesh_axes,
+              axis_types=(AxisType.Auto,) * len(config.mesh_axes))
+  shaped_args, shaped_kwargs, state_shardings, _, model = train_compile.get_shaped_inputs(mesh, config)
+  params_shardings, state_shardings = sharding.maybe_update_params_sharding_with_opt(config, state_shardings)
+  input_state_shardings = sharding.build_zero1_input_state_mesh_shardings(config, state_shardings, params_shardings)
+  data_sharding = sharding.get_input_data_sharding(config, mesh)
+  func, in_shard, out_shard, static_argnums, donate_argnums = maxtext_utils.get_functional_train_with_signature(
+      train.train_step, data_sharding, input_state_shardings, model, config, params_shardings)
+  with jax.set_mesh(mesh), nn_partitioning.axis_rules(config.logical_axis_rules):
+    jitted = jax.jit(func, in_shardings=in_shard, out_shardings=out_shard, static_argnums=static_argnums,
+                     donate_argnums=donate_argnums)
+    lowered = jitted.trace(*shaped_args, **shaped_kwargs).lower(lowering_platforms=("cuda",))
+  text = lowered.as_text(debug_info=True)
+  log(f"  lowered the train step for CUDA on {len(devices)} CPU device(s) in {time.perf_counter() - start:.1f} s")
+  return text

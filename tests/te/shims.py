@@ -1,0 +1,143 @@
+# Copyright 2026 The MaxText NVFP4 plugin authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#    https://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""Test-only shims that let `import transformer_engine.jax` work on a machine without a GPU or an NVIDIA driver.
+
+Why: the TE backend can be traced and lowered to CUDA StableHLO on CPU (`lower(lowering_platforms=("cuda",))`):
+every TE custom call, its attributes and TE's sharding rules are then in the text, with no kernel run. Only the
+import and one device query stand in the way, and these shims answer them, here and never in the package:
+  - libcuda.so.1, the driver, is absent: a stub built with gcc at test time (it reports no device if called).
+  - TE's library loader prefers a system CUDA toolkit (/usr/local/cuda, *_HOME) over the cu12 wheels; a toolkit
+    of another major version there would be loaded. NVRTC_HOME/CURAND_HOME/CUDNN_HOME point it at the wheels, and
+    the libraries libtransformer_engine.so links (cudart, cublas, cublasLt, nccl) are preloaded from the wheels.
+  - TE asks the GPU for its compute capability at trace time (`get_device_compute_capability`): patched to 100
+    (Blackwell) wherever TE imported it by name.
+Nothing here runs a kernel: what a lowering cannot show (kernel numerics, speed) needs a Blackwell GPU.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib
+import os
+import pathlib
+import subprocess
+import sys
+import sysconfig
+import tempfile
+
+#: What the TE group's tests pretend every GPU is: SM 10.0 (GB200), where TE enables NVFP4.
+COMPUTE_CAPABILITY = 100
+
+# A driver that has no device: enough for the dynamic loader; cuInit reports CUDA_ERROR_NO_DEVICE (100).
+_STUB_LIBCUDA_C = """
+int cuInit(unsigned int flags) { (void)flags; return 100; }
+int cuDriverGetVersion(int *version) { if (version) *version = 12090; return 0; }
+int cuDeviceGetCount(int *count) { if (count) *count = 0; return 0; }
+"""
+
+#: Wheel library folders under site-packages/nvidia whose libraries are preloaded (RTLD_GLOBAL), in order.
+_PRELOAD = ("cuda_runtime", "cublas", "nccl", "cuda_nvrtc", "curand", "cudnn")
+
+
+def te_installed() -> bool:
+  """True when transformer_engine and its JAX extension are installed (not whether they import)."""
+  import importlib.metadata  # pylint: disable=import-outside-toplevel
+
+  try:
+    importlib.metadata.version("transformer-engine-jax")
+  except importlib.metadata.PackageNotFoundError:
+    return False
+  return True
+
+
+def _nvidia_dir() -> pathlib.Path:
+  return pathlib.Path(sysconfig.get_path("purelib")) / "nvidia"
+
+
+def _build_stub_libcuda(out_dir: pathlib.Path) -> pathlib.Path:
+  """Compiles the stub driver into out_dir/libcuda.so.1 with the system C compiler."""
+  src = out_dir / "stub_libcuda.c"
+  lib = out_dir / "libcuda.so.1"
+  src.write_text(_STUB_LIBCUDA_C, encoding="utf-8")
+  cc = os.environ.get("CC", "gcc")
+  proc = subprocess.run([cc, "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(lib), str(src)],
+                        capture_output=True, text=True, check=False)
+  if proc.returncode != 0:
+    raise RuntimeError(f"building the stub libcuda.so.1 with {cc} failed: {proc.stderr.strip()}")
+  return lib
+
+
+def _preload(folder: pathlib.Path) -> list[str]:
+  """Loads every versioned shared library of a wheel folder (nvidia/<name>/lib/lib*.so.N) into the process.
+
+  In passes, so that a library whose dependency (by soname, from the same folder) comes later in the listing
+  loads once that dependency has.
+  """
+  pending, loaded = sorted((folder / "lib").glob("lib*.so.*[0-9]")), []
+  while pending:
+    failed = []
+    for so in pending:
+      try:
+        ctypes.CDLL(str(so), mode=ctypes.RTLD_GLOBAL | os.RTLD_LAZY)  # lazy: the stub driver has few symbols
+        loaded.append(so.name)
+      except OSError:
+        failed.append(so)
+    if len(failed) == len(pending):
+      raise OSError(f"cannot preload {[so.name for so in failed]} from {folder}")
+    pending = failed
+  return loaded
+
+
+def patch_compute_capability(capability: int = COMPUTE_CAPABILITY) -> list[str]:
+  """Makes TE's device query answer `capability` for every GPU id; returns the patched module names."""
+  patched = []
+
+  def get_device_compute_capability(gpu_id: int = 0) -> int:
+    del gpu_id
+    return capability
+
+  for name, module in list(sys.modules.items()):
+    if name.startswith("transformer_engine") and hasattr(module, "get_device_compute_capability"):
+      module.get_device_compute_capability = get_device_compute_capability
+      patched.append(name)
+  helper = sys.modules.get("transformer_engine.jax.quantize.helper")
+  if helper is not None:  # TE caches its support answers per scaling mode; forget any computed before the patch
+    for cache in ("_is_scaling_mode_supported", "_reason_for_no_scaling_mode"):
+      if hasattr(helper, cache):
+        setattr(helper, cache, None)
+  return patched
+
+
+def import_transformer_engine() -> object:
+  """Applies the shims and imports transformer_engine.jax; returns the module. Idempotent."""
+  if "transformer_engine.jax" in sys.modules:
+    patch_compute_capability()
+    return sys.modules["transformer_engine.jax"]
+  nvidia = _nvidia_dir()
+  if not nvidia.is_dir():
+    raise RuntimeError(f"no CUDA wheels under {nvidia}: run ./setup.sh --gpu --venv .venv-gpu")
+  for name, folder in (("NVRTC_HOME", "cuda_nvrtc"), ("CURAND_HOME", "curand"), ("CUDNN_HOME", "cudnn")):
+    os.environ[name] = str(nvidia / folder)
+  stub_dir = pathlib.Path(tempfile.mkdtemp(prefix="te_stub_libcuda_"))
+  ctypes.CDLL(str(_build_stub_libcuda(stub_dir)), mode=ctypes.RTLD_GLOBAL)
+  for folder in _PRELOAD:
+    _preload(nvidia / folder)
+  module = importlib.import_module("transformer_engine.jax")
+  # Import every TE module that reads the capability before patching, so each one's name binding is replaced.
+  for name in ("transformer_engine.jax.quantize", "transformer_engine.jax.cpp_extensions",
+               "transformer_engine.jax.dense", "transformer_engine.jax.flax"):
+    importlib.import_module(name)
+  patch_compute_capability()
+  return module

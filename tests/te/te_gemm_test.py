@@ -1,0 +1,157 @@
+# Copyright 2026 The MaxText NVFP4 plugin authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#    https://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""One TE GEMM module of MaxText/te_backend.py, forward and gradients, lowered to CUDA: its custom calls and recipe.
+
+NVIDIA's recipe per NVFP4 GEMM (and what TE must be asked for): fprop, dgrad and wgrad are three FP4 GEMMs
+(te_gemm_v2_ffi); x, W and dY are each quantized once (te_dbias_quantize_ffi), W with 16x16 (2D) scales, x and dY
+with 1x16; the Random Hadamard Transform only on the wgrad operands x and dY (their RHT amax, te_rht_amax_ffi,
+and use_rht on their quantize), never on W; stochastic rounding only on dY.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+import pytest
+
+from tests.te import harness
+
+GEMM, QUANTIZE, RHT_AMAX = "te_gemm_v2_ffi", "te_dbias_quantize_ffi", "te_rht_amax_ffi"
+
+
+def _lower_gemm(te, recipe, precision="nvfp4", nonfinite_check=True) -> str:
+  """d/dx, d/dW of sum(y^2) for y = x W through one TE module, lowered for CUDA (y^2 keeps the fprop GEMM live)."""
+  import jax  # pylint: disable=import-outside-toplevel
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+
+  from MaxText import te_backend  # pylint: disable=import-outside-toplevel
+  from MaxText.policy import Precision  # pylint: disable=import-outside-toplevel
+
+  del te  # imported through the shims by the fixture
+  module = te_backend.dot_general_cls(Precision(precision), recipe, nonfinite_check)()
+  x = jax.ShapeDtypeStruct((2, 64, 128), jnp.bfloat16)
+  w = jax.ShapeDtypeStruct((128, 256), jnp.bfloat16)
+  dims = (((2,), (0,)), ((), ()))
+  rngs = {"params": jax.random.key(0), "dropout": jax.random.key(1)}
+  variables = jax.eval_shape(lambda a, b: module.init(rngs, a, b, dims), x, w)
+
+  def loss(a, b, v):
+    y, _ = module.apply(v, a, b, dims, rngs={"dropout": jax.random.key(2)}, mutable=["aqt"])
+    return jnp.sum(jnp.square(y.astype(jnp.float32)))
+
+  return harness.lower_cuda(jax.grad(loss, argnums=(0, 1)), x, w, variables)
+
+
+def _scaling_modes():
+  from transformer_engine.jax.quantize import ScalingMode  # pylint: disable=import-outside-toplevel
+
+  return {"1d": str(int(ScalingMode.NVFP4_1D_SCALING.value)), "2d": str(int(ScalingMode.NVFP4_2D_SCALING.value)),
+          "fp8": str(int(ScalingMode.CURRENT_TENSOR_SCALING.value))}
+
+
+def _summary(calls):
+  """Each quantize call as (scaling mode, use_rht, stochastic_rounding, in backward?), sorted."""
+  return sorted((c.attr("scaling_mode"), c.attr("use_rht"), c.attr("stochastic_rounding"), "transpose(" in c.name)
+                for c in calls if c.target == QUANTIZE)
+
+
+def test_nvfp4_gemm_forward_and_gradients_follow_the_recipe(te):
+  from MaxText.nvfp4.gemm import GemmRecipe  # pylint: disable=import-outside-toplevel
+
+  calls = harness.te_calls(_lower_gemm(te, GemmRecipe(rht=True, stochastic_rounding=True, weight_2d=True)))
+  assert Counter(c.target for c in calls) == {GEMM: 3, QUANTIZE: 3, RHT_AMAX: 2}, calls
+  modes = _scaling_modes()
+  assert {c.attr("scaling_mode") for c in calls if c.target == GEMM} == {modes["1d"]}  # FP4 operands, 1x16 view
+  assert _summary(calls) == sorted([
+      (modes["1d"], "true", "false", False),  # x: RHT (for its wgrad copy), nearest
+      (modes["2d"], "false", "false", False),  # W: 16x16 scales, no RHT, nearest
+      (modes["1d"], "true", "true", True),  # dY (backward): RHT, stochastic rounding
+  ])
+  assert all("TeDotGeneral_nvfp4" in c.name for c in calls)
+
+
+def test_no_rht_and_no_sr_recipe_flags_reach_te(te):
+  from MaxText.nvfp4.gemm import GemmRecipe  # pylint: disable=import-outside-toplevel
+
+  calls = harness.te_calls(_lower_gemm(te, GemmRecipe(rht=False, stochastic_rounding=False, weight_2d=True)))
+  assert Counter(c.target for c in calls) == {GEMM: 3, QUANTIZE: 3}, calls
+  assert {(c.attr("use_rht"), c.attr("stochastic_rounding")) for c in calls if c.target == QUANTIZE} == {
+      ("false", "false")}
+
+
+def test_1d_weights_with_rht_lower_with_a_plain_kernel_quantizer(te):
+  """nvfp4_2d_weight_scaling=false with RHT: TE's own quantizer set would Hadamard-transform the 1D-scaled kernel
+  (which its GEMM then refuses); te_backend turns that off, so the kernel is quantized 1D without RHT."""
+  import jax  # pylint: disable=import-outside-toplevel
+  from transformer_engine.common import recipe as te_recipe  # pylint: disable=import-outside-toplevel
+  from transformer_engine.jax.flax.module import TransformerEngineBase  # pylint: disable=import-outside-toplevel
+
+  from MaxText.nvfp4.gemm import GemmRecipe  # pylint: disable=import-outside-toplevel
+  from MaxText.te_backend import nvfp4_recipe_kwargs  # pylint: disable=import-outside-toplevel
+
+  recipe = GemmRecipe(rht=True, stochastic_rounding=True, weight_2d=False)
+
+  class Probe(TransformerEngineBase):  # TE's quantizer set for this recipe, untouched
+
+    def __call__(self):
+      return self.generate_quantizer_set(fp8_recipe=te_recipe.NVFP4BlockScaling(**nvfp4_recipe_kwargs(recipe)))
+
+  raw = Probe().apply({}, rngs={"sr_rng": jax.random.key(0)})
+  assert raw.kernel.use_rht, "TE 2.20.2 no longer turns RHT on for a 1D kernel: te_backend's workaround is moot"
+
+  calls = harness.te_calls(_lower_gemm(te, recipe))
+  modes = _scaling_modes()
+  assert _summary(calls) == sorted([
+      (modes["1d"], "true", "false", False),  # x
+      (modes["1d"], "false", "false", False),  # W: 1x16 scales, no RHT
+      (modes["1d"], "true", "true", True),  # dY
+  ])
+
+
+def test_fp8_current_scaling_module(te):
+  from MaxText.nvfp4.gemm import GemmRecipe  # pylint: disable=import-outside-toplevel
+
+  calls = harness.te_calls(_lower_gemm(te, GemmRecipe(), precision="fp8"))
+  assert {c.attr("scaling_mode") for c in calls if c.target in (GEMM, QUANTIZE)} == {_scaling_modes()["fp8"]}
+  assert not [c for c in calls if c.target == RHT_AMAX] and all("TeDotGeneral_fp8" in c.name for c in calls)
+
+
+@pytest.mark.parametrize("check", [True, False])
+def test_nonfinite_check_ops_sit_beside_te(te, check):
+  """nvfp4_nonfinite_check: an is_finite(max|.|) per operand, x and W in the forward, dY in the backward."""
+  from MaxText.nvfp4.gemm import GemmRecipe  # pylint: disable=import-outside-toplevel
+
+  text = _lower_gemm(te, GemmRecipe(), nonfinite_check=check)
+  assert len(re.findall(r"stablehlo\.is_finite", text)) == (3 if check else 0)
+  assert len(harness.te_calls(text)) == 8  # the TE calls themselves are the same either way
+
+
+def test_backend_probe_uses_te_support_check(te):
+  """MaxText.backend asks TE's is_scaling_mode_supported(NVFP4): yes at SM 10.0, TE's own reason at SM 9.0."""
+  from MaxText import backend  # pylint: disable=import-outside-toplevel
+  from tests.te import shims  # pylint: disable=import-outside-toplevel
+
+  del te
+  assert backend.te_nvfp4_support_error() is None
+  try:
+    shims.patch_compute_capability(90)
+    reason = backend.te_nvfp4_support_error()
+  finally:
+    shims.patch_compute_capability()
+  assert reason and "10.0" in reason, reason
+  env = backend.Environment(te_error=None, gpu_capabilities=(10.0,), te_nvfp4_error=reason)
+  with pytest.raises(ValueError, match="support check refuses NVFP4"):
+    backend.resolve_backend("te", env)
