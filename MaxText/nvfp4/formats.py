@@ -5,6 +5,7 @@ Every number here is a fact of the format or of TransformerEngine's kernels (NVF
 module of the package writes one of them as a literal.
 """
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -74,3 +75,39 @@ def round_to_e2m1_grid(y: jnp.ndarray) -> jnp.ndarray:
   step = e2m1_grid_step(a)
   q = jnp.round(a / step) * step  # jnp.round: half to even
   return jnp.where(jnp.isnan(y), E2M1_MAX, jnp.copysign(q, y))
+
+
+#: Rounding boundaries of the E2M1 magnitudes, in code order, with the side a tie goes to: a magnitude a gets
+#: code k = the number of boundaries it passes, where it passes (t, "le") when a > t and (t, "lt") when a >= t.
+#: Ties go to the even code: 0.25 -> 0, 0.75 -> 1.0, 1.25 -> 1.0, 1.75 -> 2, 2.5 -> 2, 3.5 -> 4, 5 -> 4.
+_E2M1_BOUNDARIES = ((0.25, "le"), (0.75, "lt"), (1.25, "le"), (1.75, "lt"), (2.5, "le"), (3.5, "lt"), (5.0, "le"))
+
+
+def e2m1_codes(y: jnp.ndarray) -> jnp.ndarray:
+  """float32 -> E2M1 bit patterns (uint8, low nibble): nearest value, ties to the even code, saturating at +-6.
+
+  Equal to `round_to_e2m1_grid(y).astype(E2M1)` bit for bit (NaN -> +6, signed zero kept) at a fraction of the
+  cost: XLA:CPU converts to float4 one scalar at a time, while these are 7 vectorized compares. Each compare is
+  written negated (not a <= t) so that NaN, which fails every compare, passes every boundary and gets code 7.
+  """
+  a = jnp.abs(y)
+  code = jnp.zeros(y.shape, jnp.uint8)
+  for t, side in _E2M1_BOUNDARIES:
+    stays = (a <= np.float32(t)) if side == "le" else (a < np.float32(t))
+    code = code + jnp.logical_not(stays).astype(jnp.uint8)
+  negative = jnp.signbit(y) & jnp.logical_not(jnp.isnan(y))
+  return code | (negative.astype(jnp.uint8) << 3)
+
+
+def pack_e2m1(codes: jnp.ndarray) -> jnp.ndarray:
+  """E2M1 bit patterns (uint8, last axis even) -> float4_e2m1fn of the same shape, by packing and bitcasting.
+
+  Two codes per byte, the first of each pair in the low nibble: the order in which XLA bitcasts a uint8 into
+  two float4 values. This writes the float4 array without XLA:CPU's scalar float4 conversion. The codes are
+  materialized first (optimization_barrier): fused into the pairing's strided reads, XLA:CPU's loop over the
+  codes' arithmetic stops vectorizing (measured at 2048x2048 f32: 87 ms fused, 20 ms split; the cast: 71 ms).
+  """
+  codes = jax.lax.optimization_barrier(codes)
+  pairs = codes.reshape(*codes.shape[:-1], codes.shape[-1] // 2, 2)
+  packed = pairs[..., 0] | (pairs[..., 1] << 4)
+  return jax.lax.bitcast_convert_type(packed, E2M1).reshape(codes.shape)

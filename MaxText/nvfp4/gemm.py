@@ -5,10 +5,13 @@ For y = x W (x: M x K, W: K x N):
   fprop  y  = x  . W      x 1D along K, nearest;            W 2D 16x16 (or 1D along K), nearest
   dgrad  dx = dY . W^T    dY 1D along N, stochastic;        W the same 2D tiles (or 1D along N), nearest
   wgrad  dW = x^T . dY    x^T 1D along M, RHT, nearest;     dY^T 1D along M, RHT, stochastic
-Each product is the f32 dot of the block-scaled operands (e2m1 * e4m3 scale, exact in f32) times
+Each product is the f32-accumulated dot of the block-scaled operands (e2m1 * e4m3 scale, exact in bf16) times
 alpha = (amax_a / 2688) * (amax_b / 2688), as TE's GEMM computes it; outputs take the dtype of the operand
-they are the gradient of (y: x's dtype). The residuals saved for the backward pass are the quantized
-wgrad/dgrad operands, named "quantization" (checkpoint_name) for maxtext's remat policies.
+they are the gradient of (y: x's dtype). No operand is transposed to be quantized: x^T and dY^T are x and dY
+blocked along axis 0 (M), and W's 2D tiles serve fprop and dgrad in W's own layout. A block of any operand that
+holds a NaN or Inf enters its GEMM as NaN, so a non-finite input gives a non-finite output (quantize.py).
+The residuals saved for the backward pass are the quantized wgrad/dgrad operands, named "quantization"
+(checkpoint_name) for maxtext's remat policies.
 
 The four parts, as in qwix's dot_general_qt: `nvfp4_dot_general` (public, any dimension numbers without
 batch dims) -> `_matmul` (custom_vjp on lhs and rhs as given; `_Layout` maps them onto the 2D x . W and the
@@ -44,24 +47,34 @@ class GemmRecipe:
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class BlockScaled:
-  """A GEMM operand after quantization: e2m1 * e4m3 block scale (exact in f32), blocked along the last axis.
+  """A GEMM operand after quantization: e2m1 * e4m3 block scale (exact in bf16), in the operand's own layout.
 
-  The tensor scale is kept apart as amax, as TE's GEMM applies it once, in alpha.
+  The tensor scale is kept apart as amax, as TE's GEMM applies it once, in alpha. The blocks run along the
+  GEMM's contracting axis, which need not be the last: x^T and dY^T of the wgrad GEMM are x and dY blocked
+  along axis 0 (M), so neither is ever transposed.
   """
 
-  values: jax.Array  # float32 (rows, C): the contracting axis C last
+  values: jax.Array  # bfloat16, 2D
   amax: jax.Array  # float32 scalar
 
 
-def _quantized(x: jax.Array, scaling: Scaling, rht: bool = False, key: jax.Array | None = None) -> BlockScaled:
-  values, amax = quantize_block_scaled(x, scaling, rht=rht, stochastic_rounding=key is not None, key=key)
+def _quantized(
+    x: jax.Array, scaling: Scaling, rht: bool = False, key: jax.Array | None = None, axis: int = -1
+) -> BlockScaled:
+  values, amax = quantize_block_scaled(x, scaling, rht=rht, stochastic_rounding=key is not None, key=key,
+                                       axis=axis)
   return BlockScaled(values, amax)
 
 
-def _nt_product(a: BlockScaled, b: BlockScaled) -> jax.Array:
-  """a (P x C) times b (Q x C)^T, both blocked along C: f32 dot times alpha = amax_a/2688 * amax_b/2688."""
-  dot = jax.lax.dot_general(a.values, b.values, (((1,), (1,)), ((), ())),
-                            precision=jax.lax.Precision.HIGHEST, preferred_element_type=jnp.float32)
+def _product(a: BlockScaled, b: BlockScaled, contracting: tuple[int, int]) -> jax.Array:
+  """a . b contracting axis contracting[0] of a with contracting[1] of b: f32 dot times alpha.
+
+  alpha = amax_a/2688 * amax_b/2688. The operands are bf16 and exact, their products exact in f32, and the dot
+  accumulates in f32 (preferred_element_type), as the FP4 tensor-core GEMM does: the same numbers as an f32
+  dot of the same values at Precision.HIGHEST, at bf16 matmul speed.
+  """
+  dot = jax.lax.dot_general(a.values, b.values, (((contracting[0],), (contracting[1],)), ((), ())),
+                            preferred_element_type=jnp.float32)
   return dot * ((a.amax / TENSOR_SCALE_RANGE) * (b.amax / TENSOR_SCALE_RANGE))
 
 
@@ -100,13 +113,11 @@ _Residuals = tuple[BlockScaled, BlockScaled, jax.Array | None]
 
 
 def _fprop_nvfp4(x: jax.Array, wq_dgrad: BlockScaled, w: jax.Array, recipe: GemmRecipe) -> jax.Array:
-  """y = x . W on NVFP4 operands: x 1D along K; W the dgrad copy's 2D tiles transposed, or 1D along K."""
+  """y = x . W on NVFP4 operands: x 1D along K; W the dgrad copy's 2D tiles, or 1D along K."""
   xq = _quantized(x, Scaling.ONE_D)  # (M, K) along K
-  if recipe.weight_2d:
-    wq_fprop = BlockScaled(wq_dgrad.values.T, wq_dgrad.amax)  # (N, K): the forward sees the same weight
-  else:
-    wq_fprop = _quantized(w.T, Scaling.ONE_D)  # (N, K) along K
-  return _nt_product(xq, wq_fprop).astype(x.dtype)
+  # 2D: the tiles serve both orientations, so the forward sees the same weight as dgrad.
+  wq_fprop = wq_dgrad if recipe.weight_2d else _quantized(w, Scaling.ONE_D, axis=0)  # (K, N) along K
+  return _product(xq, wq_fprop, (1, 0)).astype(x.dtype)
 
 
 def _matmul_fwd(
@@ -127,7 +138,7 @@ def _matmul_fwd(
         forward_bf16,
         lambda: jax.lax.dot_general(lhs, rhs, layout.dimension_numbers).astype(lhs.dtype),
         lambda: _fprop_nvfp4(x, wq_dgrad, w, recipe).reshape(layout.out_shape))
-  xq_wgrad = _quantized(x.T, Scaling.ONE_D, rht=recipe.rht)  # (K, M) along M
+  xq_wgrad = _quantized(x, Scaling.ONE_D, rht=recipe.rht, axis=0)  # x^T along M: (M, K) blocked along axis 0
   return y, (checkpoint_name(xq_wgrad, QUANTIZATION_NAME), checkpoint_name(wq_dgrad, QUANTIZATION_NAME), key)
 
 
@@ -142,9 +153,9 @@ def _matmul_bwd(
   dy = dy.reshape(-1, wq_dgrad.values.shape[1])  # (M, N)
   key_dgrad, key_wgrad = jax.random.split(key) if recipe.stochastic_rounding else (None, None)
   dyq = _quantized(dy, Scaling.ONE_D, key=key_dgrad)  # (M, N) along N
-  dx = _nt_product(dyq, wq_dgrad).astype(dy.dtype)  # (M, N) . (K, N)^T
-  dyq_t = _quantized(dy.T, Scaling.ONE_D, rht=recipe.rht, key=key_wgrad)  # (N, M) along M
-  dw = _nt_product(xq_wgrad, dyq_t).astype(layout.w_dtype)  # (K, M) . (N, M)^T
+  dx = _product(dyq, wq_dgrad, (1, 1)).astype(dy.dtype)  # (M, N) . (K, N)^T
+  dyq_t = _quantized(dy, Scaling.ONE_D, rht=recipe.rht, key=key_wgrad, axis=0)  # dY^T along M, in place: (M, N)
+  dw = _product(xq_wgrad, dyq_t, (0, 0)).astype(layout.w_dtype)  # (M, K)^T . (M, N)
   return (*layout.unmatrices(dx, dw), None, None)
 
 

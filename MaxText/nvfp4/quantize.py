@@ -16,6 +16,8 @@ block that dequantizes to 0 can differ.
 Special values (stated here because TE's kernels are not all alike on them, and ours never crash):
   * NaN: ignored by the global amax (the tensor scale comes from the finite values); a block holding a NaN
     gets the largest block scale (448, CUDA fminf semantics) and the NaN element itself becomes +6.
+    That is `quantize`, TE's storage format. The GEMM's operand form (`quantize_block_scaled`) instead makes
+    every value of a block holding a NaN or Inf NaN, so the GEMM output is non-finite as a BF16 GEMM's would be.
   * +-Inf: counts in the global amax, so S_enc = 2688 / inf = 0 falls back to 1 (as for an all-zero tensor);
     the Inf element saturates to +-6 in a block scaled by 448 and `dequantize` returns non-finite values
     for that tensor (amax is inf), which is what a loss-scaler or a NaN check upstream should see.
@@ -36,7 +38,8 @@ from MaxText.nvfp4.formats import (
     ONE_SIXTH,
     TENSOR_SCALE_RANGE,
     fmin_flt_max,
-    E2M1,
+    e2m1_codes,
+    pack_e2m1,
     round_to_e2m1_grid,
     to_e4m3_satfinite,
 )
@@ -73,7 +76,9 @@ class Nvfp4Tensor:
     return self.data.shape
 
 
-def _check_input(x: jax.Array, scaling: Scaling, stochastic_rounding: bool, key: jax.Array | None) -> None:
+def _check_input(
+    x: jax.Array, scaling: Scaling, stochastic_rounding: bool, key: jax.Array | None, axis: int
+) -> None:
   """Raises before tracing anything heavy, with the shape/dtype and what would work."""
   if jnp.dtype(x.dtype) not in _ACCEPTED_DTYPES:
     raise TypeError(
@@ -82,12 +87,16 @@ def _check_input(x: jax.Array, scaling: Scaling, stochastic_rounding: bool, key:
   min_rank = 2 if scaling is Scaling.TWO_D else 1
   if x.ndim < min_rank:
     raise ValueError(f"quantize: scaling='{scaling.value}' needs an input of rank >= {min_rank}, got shape {x.shape}.")
-  for axis in range(x.ndim - min_rank, x.ndim):
-    if x.shape[axis] % BLOCK_SIZE:
+  if scaling is Scaling.TWO_D and axis % x.ndim != x.ndim - 1:
+    raise ValueError(f"quantize: scaling='2d' tiles the last two axes; axis={axis} applies to 1D blocks only.")
+  blocked_axes = range(x.ndim - 2, x.ndim) if scaling is Scaling.TWO_D else (axis % x.ndim,)
+  for a in blocked_axes:
+    if x.shape[a] % BLOCK_SIZE:
+      where = "the last two axes" if min_rank == 2 else ("the last axis" if a == x.ndim - 1 else f"axis {a}")
       raise ValueError(
-          f"quantize: shape {x.shape}, axis {axis} (size {x.shape[axis]}) must be a multiple of {BLOCK_SIZE}: "
-          f"scaling='{scaling.value}' blocks {'the last two axes' if min_rank == 2 else 'the last axis'} in "
-          f"groups of {BLOCK_SIZE}. Pad that axis or leave this tensor unquantized."
+          f"quantize: shape {x.shape}, axis {a} (size {x.shape[a]}) must be a multiple of {BLOCK_SIZE}: "
+          f"scaling='{scaling.value}' blocks {where} in groups of {BLOCK_SIZE}. Pad that axis or leave this "
+          "tensor unquantized."
       )
   if stochastic_rounding and key is None:
     raise ValueError("quantize: stochastic_rounding=True needs a PRNG key (key=jax.random.key(...)); got key=None.")
@@ -141,13 +150,15 @@ def tensor_scales(amax: jax.Array) -> tuple[jax.Array, jax.Array]:
   return s_enc, np.float32(1.0) / s_enc
 
 
-def _blocked(x: jax.Array, scaling: Scaling) -> jax.Array:
-  """Views x with explicit block axes: (..., N/16, 16) for 1D, (..., M/16, 16, N/16, 16) for 2D."""
-  *lead, n = x.shape
+def _blocked(x: jax.Array, scaling: Scaling, axis: int) -> tuple[jax.Array, tuple[int, ...]]:
+  """Views x with explicit block axes, and those axes: 1D along `axis` splits it into (n/16, 16) in place
+  (the 16 is the block axis); 2D gives (..., M/16, 16, N/16, 16) over the last two axes (block axes -3, -1)."""
   if scaling is Scaling.ONE_D:
-    return x.reshape(*lead, n // BLOCK_SIZE, BLOCK_SIZE)
-  *lead, m = lead
-  return x.reshape(*lead, m // BLOCK_SIZE, BLOCK_SIZE, n // BLOCK_SIZE, BLOCK_SIZE)
+    axis %= x.ndim
+    n = x.shape[axis]
+    return x.reshape(*x.shape[:axis], n // BLOCK_SIZE, BLOCK_SIZE, *x.shape[axis + 1:]), (axis + 1,)
+  *lead, m, n = x.shape
+  return x.reshape(*lead, m // BLOCK_SIZE, BLOCK_SIZE, n // BLOCK_SIZE, BLOCK_SIZE), (-3, -1)
 
 
 def _scale_elements(x: jax.Array, enc: jax.Array) -> jax.Array:
@@ -165,10 +176,6 @@ def _scale_elements(x: jax.Array, enc: jax.Array) -> jax.Array:
   subnormal = (bits & np.uint32(0x7F800000)) == 0
   rebuilt = (mantissa.astype(jnp.float32) * (enc * np.float32(2.0**-64))) * np.float32(2.0**-85)
   return jnp.where(subnormal, jnp.copysign(rebuilt, x32), x32 * enc)
-
-
-def _block_axes(scaling: Scaling) -> tuple[int, ...]:
-  return (-1,) if scaling is Scaling.ONE_D else (-3, -1)
 
 
 def quantize(
@@ -199,43 +206,32 @@ def quantize(
   """
   x = jnp.asarray(x)
   scaling = Scaling(scaling)
-  q, s8, amax = _quantize_to_grid(x, scaling, rht, stochastic_rounding, key)
+  _check_input(x, scaling, stochastic_rounding, key, -1)
+  y, s8, _, amax = _encode(x, scaling, rht, -1)
+  if stochastic_rounding:
+    y = rounding.stochastic_round_to_grid(y, rounding.random_bits(key, y.shape))
+  # E2M1 codes by compares, packed and bitcast: XLA:CPU's float4 conversion runs one scalar at a time.
+  data = pack_e2m1(e2m1_codes(y).reshape(x.shape))
   # 2D: every row of a tile's 16 rows repeats the tile's scale, so scales are stored 1D-style.
   scale = s8 if scaling is Scaling.ONE_D else jnp.broadcast_to(s8, s8.shape[:-3] + (BLOCK_SIZE,) + s8.shape[-2:])
   scale = scale.reshape(*x.shape[:-1], x.shape[-1] // BLOCK_SIZE)
-  # Exact: q holds E2M1 values (bf16 too). XLA:CPU's float4 conversion does not vectorize, nor does anything
-  # fused into it, so the arithmetic is kept out of that loop: q is materialized in bf16 first, then cast alone
-  # (measured: 64 ms fused vs 45 ms split for 4096x4096, scripts/bench_quantize.py).
-  data = jax.lax.optimization_barrier(q.reshape(x.shape).astype(jnp.bfloat16)).astype(E2M1)
   return Nvfp4Tensor(data=data, scale=scale, amax=amax, scaling=scaling, rht=rht)
 
 
-def _quantize_to_grid(
-    x: jax.Array, scaling: Scaling, rht: bool, stochastic_rounding: bool, key: jax.Array | None
-) -> tuple[jax.Array, jax.Array, jax.Array]:
-  """Checks the input, then (E2M1 values as float32, blocked; e4m3 scales, blocked; amax).
-
-  The rounding is arithmetic on the f32 grid (formats.round_to_e2m1_grid), equal to the float4 cast: XLA:CPU
-  converts to float4_e2m1fn in software, about 10x slower, so only `quantize`'s stored data pays for it.
-  """
-  _check_input(x, scaling, stochastic_rounding, key)
-  y, s8, amax = _encode(x, scaling, rht)
-  if stochastic_rounding:
-    return rounding.stochastic_round_to_grid(y, rounding.random_bits(key, y.shape)), s8, amax
-  return round_to_e2m1_grid(y), s8, amax
-
-
-def _encode(x: jax.Array, scaling: Scaling, rht: bool) -> tuple[jax.Array, jax.Array, jax.Array]:
-  """Everything of quantize before the element rounding: (y on the E2M1 scale, blocked; e4m3 scales; amax)."""
+def _encode(
+    x: jax.Array, scaling: Scaling, rht: bool, axis: int
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+  """Everything of quantize before the element rounding: (y on the E2M1 scale, blocked; e4m3 scales, blocked;
+  block amaxes, blocked; global amax). 1D blocks run along `axis` (normalized), in place."""
   if rht:
-    x = hadamard.rht(x)  # bf16, as TE's RHT kernel writes it; the amax is the post-RHT amax.
+    x = hadamard.rht(x, axis)  # bf16, as TE's RHT kernel writes it; the amax is the post-RHT amax.
   amax = global_amax(x)
   s_enc, s_dec = tensor_scales(amax)
-  blocks = _blocked(x, scaling)
-  bamax = block_amax(blocks, _block_axes(scaling))  # a NaN block -> FLT_MAX -> scale 448
+  blocks, block_axes = _blocked(x, scaling, axis)
+  bamax = block_amax(blocks, block_axes)  # a NaN block -> FLT_MAX -> scale 448
   s8 = to_e4m3_satfinite(fmin_flt_max(bamax * (s_enc * ONE_SIXTH)))
   enc = fmin_flt_max(np.float32(1.0) / (s8.astype(jnp.float32) * s_dec))  # s8 == 0 -> FLT_MAX
-  return _scale_elements(blocks, enc), s8, amax
+  return _scale_elements(blocks, enc), s8, bamax, amax
 
 
 def quantize_block_scaled(
@@ -244,16 +240,44 @@ def quantize_block_scaled(
     rht: bool = False,
     stochastic_rounding: bool = False,
     key: jax.Array | None = None,
+    axis: int = -1,
 ) -> tuple[jax.Array, jax.Array]:
-  """What a GEMM consumes of quantize(x, ...): (e2m1 * f32(e4m3 scale) as float32 in x's shape, amax).
+  """What a GEMM consumes of quantize(x, ...): (e2m1 * e4m3 scale as bfloat16 in x's shape, amax).
 
-  The same numbers as `quantize`, without materializing float4 data. Every product of an E2M1 value and an
-  E4M3 scale is exact in f32. With 2D scaling the result's transpose is the block-scaled transpose (the tiles
-  are shared).
+  The same numbers as `quantize`, without materializing float4 data: every product of an E2M1 value and an
+  E4M3 scale has at most 5 significant bits and lies in [2**-10, 2688], so it is exact in bfloat16, and a GEMM
+  on these operands with f32 accumulation is the FP4 GEMM (at bf16, not f32, matmul speed). With 2D scaling
+  the result's transpose is the block-scaled transpose (the tiles are shared).
+
+  One deliberate difference from `quantize`: every value of a block that holds a NaN or an Inf (after RHT,
+  where it applies) is NaN here, where `quantize` stores TE's kernels' 448 and +6. A GEMM on these values is
+  then non-finite wherever a BF16 GEMM would be, so a NaN in activations, weights or gradients reaches the
+  loss or the gradients and upstream NaN checks fire, instead of turning into a finite +-6 * 448.
+
+  Args:
+    x, scaling, rht, stochastic_rounding, key: as for `quantize`.
+    axis: the axis 1D blocks run along (scaling="1d" only). quantize_block_scaled(x, axis=0, ...) equals
+      quantize_block_scaled(x.T, ...) transposed back, random bits of stochastic rounding included, without
+      materializing x.T: the wgrad operands x^T and dY^T are quantized in place.
+
+  Returns:
+    (values, amax): bfloat16 values of x's shape; the float32 global amax.
   """
   x = jnp.asarray(x)
-  q, s8, amax = _quantize_to_grid(x, Scaling(scaling), rht, stochastic_rounding, key)
-  return (q * s8.astype(jnp.float32)).reshape(x.shape), amax
+  scaling = Scaling(scaling)
+  axis = axis % max(x.ndim, 1)
+  _check_input(x, scaling, stochastic_rounding, key, axis)
+  y, s8, bamax, amax = _encode(x, scaling, rht, axis)
+  if stochastic_rounding:
+    # The bits x's transpose (block axis last) would draw, in x's layout.
+    order = tuple(d for d in range(x.ndim) if d != axis) + (axis,)
+    bits = rounding.random_bits(key, x.shape, order).reshape(y.shape)
+    q = rounding.stochastic_round_to_grid(y, bits)
+  else:
+    q = round_to_e2m1_grid(y)
+  # NaN/Inf blocks: bamax is NaN or inf exactly then (block_amax propagates NaN). Per block, so nearly free.
+  block_scale = jnp.where(jnp.isfinite(bamax), s8.astype(jnp.float32), np.float32(np.nan))
+  return (q * block_scale).astype(jnp.bfloat16).reshape(x.shape), amax
 
 
 def dequantize(t: Nvfp4Tensor, dtype: jnp.dtype = jnp.float32) -> jax.Array:
@@ -261,7 +285,7 @@ def dequantize(t: Nvfp4Tensor, dtype: jnp.dtype = jnp.float32) -> jax.Array:
 
   The result is computed in float32 and cast to `dtype` once at the end.
   """
-  blocks = _blocked(t.data.astype(jnp.float32), Scaling.ONE_D)
+  blocks, _ = _blocked(t.data.astype(jnp.float32), Scaling.ONE_D, t.data.ndim - 1)
   y = (blocks * (t.scale.astype(jnp.float32) * (t.amax / TENSOR_SCALE_RANGE))[..., None]).reshape(t.shape)
   if t.rht:
     y = hadamard.inverse_rht(y)

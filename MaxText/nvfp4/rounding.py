@@ -27,7 +27,7 @@ def _mix32(h: jax.Array) -> jax.Array:
   return h ^ (h >> 16)
 
 
-def random_bits(key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
+def random_bits(key: jax.Array, shape: tuple[int, ...], axis_order: tuple[int, ...] | None = None) -> jax.Array:
   """Eight random bits per element (uint8): a keyed counter-based hash of the element's flat index.
 
   Why not jax.random.bits for every element: on CPU, threefry (and XLA's RngBitGenerator) cost 5-10x a
@@ -36,11 +36,15 @@ def random_bits(key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
   mix32(mix32(index ^ seed0) + seed1) >> 24, which XLA fuses into the rounding loop. The result is a
   deterministic function of (key, shape) and does not depend on how the tensor is sharded (the index is
   the global one). Indices wrap at 2**32 elements, far above any tensor this quantizes in one call.
+
+  `axis_order` gives the bits of `jnp.transpose(x, axis_order)` in x's own layout:
+  random_bits(key, x.shape, (1, 0)) == random_bits(key, x.T.shape).T, so a matrix quantized along axis 0 in place
+  draws exactly the bits of its transpose quantized along the last axis. None: the identity order.
   """
   seed = jax.random.bits(key, (2,), jnp.uint32)
   index = jnp.zeros(shape, jnp.uint32)
   stride = 1
-  for axis in reversed(range(len(shape))):
+  for axis in reversed(axis_order if axis_order is not None else range(len(shape))):
     index = index + jax.lax.broadcasted_iota(jnp.uint32, shape, axis) * np.uint32(stride % (1 << 32))
     stride *= shape[axis]
   return (_mix32(_mix32(index ^ seed[0]) + seed[1]) >> 24).astype(jnp.uint8)

@@ -126,15 +126,22 @@ def _equations(jaxpr):
 
 
 def test_jaxpr_three_gemms_on_fp4_operands_and_named_residuals():
-  """fprop + dgrad + wgrad = 3 dot_generals (no hidden high-precision GEMM), operands quantized to e2m1 x e4m3."""
+  """fprop + dgrad + wgrad = 3 dot_generals (no hidden high-precision GEMM), operands quantized to e2m1 x e4m3.
+
+  No operand is transposed before it is quantized: x^T and dY^T of wgrad are quantized in place along M.
+  """
   x, w, dy = _operands(32, 32, 32)
   jaxpr = jax.make_jaxpr(lambda x, w: jax.vjp(lambda x, w: nvfp4_dot_general(x, w, _DIMS, key=_KEY), x, w)[1](dy))(x, w)
   text = str(jaxpr)
   dots = [e for e in _equations(jaxpr.jaxpr) if e.primitive.name == "dot_general"]
-  gemms = [e for e in dots if e.invars[1].aval.shape != (16, 16)]  # (16, 16): the RHT of a wgrad operand
+  # The RHT of a wgrad operand multiplies by the 16x16 matrix (batched over runs along M when in place).
+  gemms = [e for e in dots if all(v.aval.shape[-2:] != (16, 16) for v in e.invars)]
   assert len(gemms) == 3, [e.invars[1].aval.shape for e in dots]
-  assert all(v.aval.dtype == jnp.float32 for e in gemms for v in e.invars)  # block-scaled, f32 accumulation
+  # Block-scaled operands in bf16 (exact), accumulated in f32.
+  assert all(v.aval.dtype == jnp.bfloat16 for e in gemms for v in e.invars), [e.invars for e in gemms]
+  assert all(e.params["preferred_element_type"] == jnp.float32 for e in gemms)
   assert len(dots) - len(gemms) == 2  # x^T and dY^T, each rotated once (te_nvfp4)
+  assert not [e for e in _equations(jaxpr.jaxpr) if e.primitive.name == "transpose"]
   assert "float8_e4m3fn" in text and "round" in text  # e4m3 block scales; e2m1 values rounded on the f32 grid
   fwd = str(jax.make_jaxpr(lambda x, w: jax.vjp(lambda x, w: nvfp4_dot_general(x, w, _DIMS, key=_KEY), x, w)[0])(x, w))
   assert f"name={QUANTIZATION_NAME}" in fwd
@@ -213,3 +220,28 @@ def test_forward_bf16_python_true_and_bad_shape():
   np.testing.assert_array_equal(np.asarray(y).view(np.uint16), np.asarray(x @ w).view(np.uint16))
   with pytest.raises(ValueError, match="scalar boolean"):
     nvfp4_dot_general(x, w, _DIMS, key=_KEY, forward_bf16=jnp.ones((2,), bool))
+
+
+# ----------------------------------------------------------------------------- NaN / Inf reach the outputs
+
+
+@pytest.mark.parametrize("recipe", [GemmRecipe(), GemmRecipe(rht=False, weight_2d=False)], ids=["te_nvfp4", "w1d"])
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+@pytest.mark.parametrize("where", ["x", "w", "dy"])
+def test_non_finite_operand_gives_non_finite_outputs(recipe, bad, where):
+  """As in a BF16 GEMM, a NaN/Inf in x, W or dY makes every GEMM that reads it non-finite, so NaN checks fire.
+
+  x feeds fprop (y) and wgrad (dW); W feeds fprop and dgrad (dx); dY feeds dgrad and wgrad. Without the GEMM
+  operand's NaN blocks, a NaN would be quantized to a finite +6 * 448 (TE's kernels' encoding) and vanish.
+  """
+  x, w, dy = (np.array(a, np.float32) for a in _operands(64, 96, 48, seed=4))
+  {"x": x, "w": w, "dy": dy}[where][17, 33] = bad
+  x, dy = jnp.asarray(x, jnp.bfloat16), jnp.asarray(dy, jnp.bfloat16)
+  y, dx, dw = jax.jit(_vjp, static_argnums=3)(x, jnp.asarray(w), dy, recipe)
+  reads = {"x": (y, dw), "w": (y, dx), "dy": (dx, dw)}[where]
+  for out in reads:
+    assert not np.all(np.isfinite(np.asarray(out, np.float32)))
+  if where == "x":
+    assert not np.any(np.isfinite(np.asarray(y, np.float32)[17]))  # the row that read it, as in bf16
+  clean = {"x": dx, "w": dw, "dy": y}[where]  # the one output that never reads the bad operand
+  assert np.all(np.isfinite(np.asarray(clean, np.float32)))

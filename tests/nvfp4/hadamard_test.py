@@ -5,6 +5,7 @@ import jax
 import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
+import pytest
 import scipy.linalg
 
 from MaxText.nvfp4 import hadamard
@@ -38,3 +39,25 @@ def test_cancels_in_the_weight_gradient_product():
   xr = hadamard.rht(x.T).astype(jnp.float32)  # K x M, runs along M
   dyr = hadamard.rht(dy.T).astype(jnp.float32)  # N x M
   np.testing.assert_allclose(np.asarray(xr @ dyr.T), np.asarray(x.T @ dy), rtol=0.02, atol=0.2)
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float32])
+def test_in_place_along_axis_0_equals_the_transposed_rht(dtype):
+  """rht along axis 0 == rht of the transpose, bit for bit, down to the f32 sums before the bf16 rounding.
+
+  The values span 2**-10 .. 2**20 with random signs, so most 16-term f32 sums round and their result depends on
+  the order of accumulation: the in-place form must add in the same order as the last-axis form.
+  """
+  rng = np.random.default_rng(0)
+  x = np.exp2(rng.uniform(-10, 20, (96, 48))) * rng.choice([-1, 1], (96, 48))
+  x = jnp.asarray(x.astype(np.float32), dtype)
+  r = hadamard.rht_matrix()
+  got = np.asarray(jax.jit(lambda x: hadamard._apply_runs(x, r, 0))(x))  # pylint: disable=protected-access
+  want = np.asarray(jax.jit(lambda x: hadamard._apply_runs(x.T, r).T)(x))  # pylint: disable=protected-access
+  np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+  np.testing.assert_array_equal(np.asarray(hadamard.rht(x, 0)).view(np.uint16),
+                                np.asarray(hadamard.rht(x.T).T).view(np.uint16))
+  x3 = x.reshape(2, 48, 48)
+  got3 = np.asarray(hadamard.rht(x3, 1))  # eagerly, and with a batch axis in front
+  want3 = np.asarray(jnp.swapaxes(hadamard.rht(jnp.swapaxes(x3, 1, 2)), 1, 2))
+  np.testing.assert_array_equal(got3.view(np.uint16), want3.view(np.uint16))

@@ -276,5 +276,46 @@ def test_block_scaled_equals_quantize(kw):
   values, amax = quantize_block_scaled(x, **kw)
   want = (np.asarray(t.data).astype(np.float32).reshape(32, 4, 16)
           * np.asarray(t.scale).astype(np.float32)[..., None]).reshape(32, 64)
-  np.testing.assert_array_equal(np.asarray(values), want)
+  assert values.dtype == jnp.bfloat16  # exact: e2m1 * e4m3 has at most 5 significant bits
+  np.testing.assert_array_equal(np.asarray(values).astype(np.float32), want)
   assert float(amax) == float(t.amax)
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float32])
+@pytest.mark.parametrize("kw", [dict(), dict(rht=True), dict(stochastic_rounding=True, key=jax.random.key(3)),
+                                dict(rht=True, stochastic_rounding=True, key=jax.random.key(4))],
+                         ids=["rne", "rht", "sr", "rht_sr"])
+def test_block_scaled_in_place_along_axis_0_equals_the_transpose(dtype, kw):
+  """axis=0 (the wgrad operands x^T, dY^T, never transposed) == quantizing x.T, random bits included."""
+  from MaxText.nvfp4.quantize import quantize_block_scaled  # pylint: disable=import-outside-toplevel
+
+  rng = np.random.default_rng(6)
+  x = np.exp2(rng.uniform(-10, 12, (96, 48))) * rng.choice([-1, 1], (96, 48))  # sums that round in the RHT
+  x[rng.integers(0, 96, 5), rng.integers(0, 48, 5)] *= 1e3
+  x = jnp.asarray(x.astype(np.float32), dtype)
+  got, got_amax = jax.jit(lambda x: quantize_block_scaled(x, axis=0, **kw))(x)
+  want, want_amax = jax.jit(lambda x: quantize_block_scaled(x.T, **kw))(x)
+  assert got.shape == x.shape and float(got_amax) == float(want_amax)
+  np.testing.assert_array_equal(np.asarray(got).view(np.uint16), np.asarray(want).T.view(np.uint16))
+  if "key" in kw:  # the bits follow the transpose's element order, not x's
+    plain = quantize_block_scaled(x, axis=0, **{**kw, "stochastic_rounding": False, "key": None})[0]
+    assert not np.array_equal(np.asarray(got), np.asarray(plain))
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(scaling="2d"), dict(rht=True), dict(axis=0, rht=True),
+                                dict(stochastic_rounding=True, key=jax.random.key(3))])
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_block_scaled_makes_a_non_finite_block_nan(kw, bad):
+  """The GEMM operand of a block holding NaN/Inf is NaN (quantize keeps TE's 448/+6); the rest is unchanged."""
+  from MaxText.nvfp4.quantize import quantize_block_scaled  # pylint: disable=import-outside-toplevel
+
+  x = np.asarray(jax.random.normal(jax.random.key(0), (32, 64), jnp.float32)) * 3
+  x[5, 20] = bad
+  values, _ = quantize_block_scaled(jnp.asarray(x, jnp.bfloat16), **kw)
+  values = np.asarray(values).astype(np.float32)
+  rows = slice(0, 16) if kw.get("scaling") == "2d" or kw.get("axis") == 0 else slice(5, 6)
+  cols = slice(16, 32) if kw.get("axis") != 0 else slice(20, 21)
+  assert np.all(np.isnan(values[rows, cols]))
+  mask = np.ones(values.shape, bool)
+  mask[rows, cols] = False
+  assert np.all(np.isfinite(values[mask]))
