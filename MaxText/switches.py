@@ -39,6 +39,7 @@ LAYER_COLLECTION = "aqt"
 LAYER_NAME = "nvfp4_layer"
 _UNASSIGNED = -1
 
+_MARK = "_nvfp4_plugin_wrapper"  # as in plugin.py: never wrap a wrapper
 _current_step: contextvars.ContextVar[jax.Array | None] = contextvars.ContextVar("nvfp4_step", default=None)
 _switch_logged: set[tuple[str, int]] = set()
 
@@ -106,7 +107,7 @@ def _state_step(state: Any) -> jax.Array | None:
   return jnp.asarray(step.get_value() if hasattr(step, "get_value") else step)
 
 
-def _with_step(step_fn: Callable[..., Any], state_index: int, log_switches: bool) -> Callable[..., Any]:
+def _with_step(step_fn: Callable[..., Any], state_index: int) -> Callable[..., Any]:
   """Wraps maxtext's train_step/eval_step so the GEMMs traced inside see the state's step."""
 
   @functools.wraps(step_fn)
@@ -115,42 +116,52 @@ def _with_step(step_fn: Callable[..., Any], state_index: int, log_switches: bool
     step = _state_step(state)
     if step is None:
       return step_fn(*args, **kwargs)
-    if log_switches:
-      _log_when_reached(kwargs.get("config", args[1] if len(args) > 1 else None), step)
     with step_scope(step):
       return step_fn(*args, **kwargs)
 
-  setattr(wrapped, "_nvfp4_plugin_wrapper", True)
+  setattr(wrapped, _MARK, True)
+  return wrapped
+
+
+def _logging_iteration(iteration: Callable[..., Any]) -> Callable[..., Any]:
+  """Wraps maxtext's `training_loop_iteration` (host side, once per step) to log a switch step when reached.
+
+  Host side on purpose: a `jax.debug.callback` in the step would block ahead-of-time lowering for another
+  platform (train_compile, our CUDA lowering tests) and add a host round trip per step.
+  """
+
+  @functools.wraps(iteration)
+  def wrapped(jax_device_state: Any, python_vars: Any, immutable_data: Any) -> Any:
+    _log_when_reached(immutable_data.get("config"), int(python_vars["step"]))
+    return iteration(jax_device_state, python_vars, immutable_data)
+
+  setattr(wrapped, _MARK, True)
   return wrapped
 
 
 def install_step_hooks(train_module: Any) -> None:
-  """Wraps `train_step` (state is its 5th argument) and `eval_step` (3rd) of maxtext's pre-training trainer."""
-  for name, index in (("train_step", 4), ("eval_step", 2)):
+  """Wraps `train_step` (state is its 5th argument), `eval_step` (3rd) and `training_loop_iteration` of maxtext's
+  pre-training trainer."""
+  for name, wrap in (("train_step", lambda f: _with_step(f, 4)), ("eval_step", lambda f: _with_step(f, 2)),
+                     ("training_loop_iteration", _logging_iteration)):
     original = getattr(train_module, name, None)
-    if original is not None and not getattr(original, "_nvfp4_plugin_wrapper", False):
-      setattr(train_module, name, _with_step(original, index, log_switches=name == "train_step"))
+    if original is not None and not getattr(original, _MARK, False):
+      setattr(train_module, name, wrap(original))
 
 
-def _log_switch(what: str, at: int, step: Any) -> None:
-  if (what, at) not in _switch_logged:
-    _switch_logged.add((what, at))
-    _LOG.warning("NVFP4: from step %d on (nvfp4_bf16_%s=%d), %s run in BF16", int(step),
-                 "from_step" if what.startswith("all") else "forward_from_step", at, what)
-
-
-def _log_when_reached(config: Any, step: jax.Array) -> None:
-  """Once per train step, on the host and only once the switch step is reached, logs the switch (once per run)."""
+def _log_when_reached(config: Any, step: int) -> None:
+  """Logs, once per process and switch, that training reached a switch step (at it, or resumed past it)."""
   from MaxText.config import NVFP4_MODES  # pylint: disable=import-outside-toplevel
 
-  if str(getattr(getattr(config, "quantization", None), "value", getattr(config, "quantization", ""))) not in NVFP4_MODES:
+  quantization = getattr(config, "quantization", None)
+  if str(getattr(quantization, "value", quantization) or "") not in NVFP4_MODES:
     return
   switches = switches_from_config(config)
-  for at, what in ((switches.from_step, "all NVFP4 GEMMs (forward and backward)"),
-                   (switches.forward_from_step, "the forward NVFP4 GEMMs")):
-    if at is not None:
-      jax.lax.cond(step >= at, lambda a=at, w=what: jax.debug.callback(functools.partial(_log_switch, w, a), step),
-                   lambda: None)
+  for key, at, what in (("nvfp4_bf16_from_step", switches.from_step, "all NVFP4 GEMMs (forward and backward)"),
+                        ("nvfp4_bf16_forward_from_step", switches.forward_from_step, "the forward NVFP4 GEMMs")):
+    if at is not None and step >= at and (key, at) not in _switch_logged:
+      _switch_logged.add((key, at))
+      _LOG.warning("NVFP4: from step %d on (%s=%d), %s run in BF16", step, key, at, what)
 
 
 def _reached(at: int | None) -> jax.Array | None:
