@@ -20,10 +20,11 @@ after throw()", which names neither the GEMM nor a key. Each rule below is one T
 per-device GEMM dims (MaxText/gemm_shapes.py: TE's partitioned GEMMs see one device's shard):
 
   cuBLAS (cpp_extensions/gemm.py, assert_cublas_requirements): a quantized GEMM's contracting dimension must be a
-    multiple of 32 for NVFP4. Fprop contracts K, dgrad N, wgrad M (tokens), so all three per-device dims count.
+    multiple of 32 for NVFP4. Fprop contracts K, dgrad N, wgrad M (tokens): all three in training, K in eval.
   RHT (cpp_extensions/quantization.py, the RHT cast-fusion assert): with quantization=te_nvfp4 the wgrad operands
     x (M x K) and dY (M x N) are Hadamard-transformed before quantization, which needs rows (M) a multiple of 64
-    and columns (K for x, N for dY) a multiple of 128. te_nvfp4_no_rht has no such rule.
+    and columns (K for x, N for dY) a multiple of 128. x is transformed in eval forwards too (lowering shows TE
+    quantizing its column-wise copy there). te_nvfp4_no_rht has no such rule.
   Collective GEMM (te_comm_gemm_overlap): maxtext wires TE's communication-overlapped GEMMs into its own TE
     wrapper only; the NVFP4 backend calls TE's dense without collective ops, so overlap would silently not happen.
 Only called when the TE backend is chosen (nvfp4_backend=te, or auto resolving to te): the emulation has none of
@@ -61,7 +62,8 @@ def _dims_of(d: GemmDims) -> tuple[tuple[str, int, str], ...]:
 def _cublas_errors(dims: list[GemmDims], mode: str) -> list[str]:
   errors, seen = [], set()
   for d in dims:
-    for axis, size, keys in _dims_of(d):
+    # Training contracts M (wgrad), K (fprop) and N (dgrad); an eval forward only K.
+    for axis, size, keys in _dims_of(d) if d.phase == "train" else _dims_of(d)[1:2]:
       if size % CUBLAS_NVFP4_ALIGNMENT == 0 or (axis, size) in seen:
         continue
       seen.add((axis, size))
@@ -76,9 +78,13 @@ def _cublas_errors(dims: list[GemmDims], mode: str) -> list[str]:
 def _rht_errors(dims: list[GemmDims], mode: str) -> list[str]:
   errors, seen = [], set()
   for d in dims:
+    # x is transformed in every forward (TE quantizes its wgrad copy even when no gradient follows, e.g. in eval);
+    # dY only in training.
     checks = (("M (tokens, the rows of x and dY)", d.m, d.m_keys, RHT_ROW_MULTIPLE),
               ("K (the columns of x)", d.k, d.k_keys, RHT_COL_MULTIPLE),
               ("N (the columns of dY)", d.n, d.n_keys, RHT_COL_MULTIPLE))
+    if d.phase != "train":
+      checks = checks[:2]
     for axis, size, keys, multiple in checks:
       if size % multiple == 0 or (axis, size) in seen:
         continue

@@ -1,0 +1,130 @@
+# Copyright 2026 The MaxText NVFP4 plugin authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#    https://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""Config-load errors for what TransformerEngine would refuse on Blackwell (MaxText/te_rules.py).
+
+The backend probe is made to answer like a Blackwell node with TE (these rules apply only when the TE backend is
+chosen); the same configs with the emulated backend, or where auto resolves to it, load. The rules' thresholds are
+TE 2.20.2's own asserts; tests/te shows TE raising them when lowered (RHT, kernel RHT).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO_ROOT, TINY_YML
+
+BLACKWELL = "backend.Environment(te_error=None, gpu_capabilities=(10.0,))"
+
+
+@pytest.fixture()
+def load(monkeypatch):
+  """pyconfig.initialize through the plugin, with the probe answering `env` (a Blackwell node by default)."""
+  from MaxText import backend  # pylint: disable=import-outside-toplevel
+  from MaxText.plugin import register  # pylint: disable=import-outside-toplevel
+
+  register()
+  from maxtext.configs import pyconfig  # pylint: disable=import-outside-toplevel
+
+  def _load(*overrides: str, env=None):
+    monkeypatch.setattr(backend, "probe_environment",
+                        lambda: env or backend.Environment(te_error=None, gpu_capabilities=(10.0,)))
+    return pyconfig.initialize(["", str(TINY_YML), "run_name=t", "base_output_directory=/tmp/te_rules", *overrides])
+
+  return _load
+
+
+class _Overriding:
+  """A loaded config with some keys read as other values (for keys maxtext's own validators would refuse here)."""
+
+  def __init__(self, config, **values):
+    self._config, self._values = config, values
+
+  def __getattr__(self, name):
+    return self._values[name] if name in self._values else getattr(self._config, name)
+
+
+def _message(excinfo) -> str:
+  return str(excinfo.value)
+
+
+def test_rht_dims_refused_with_keys_and_fix(load):
+  with pytest.raises(ValueError) as excinfo:  # tiny: emb 64, the columns of x for wi_0/wi_1
+    load("quantization=te_nvfp4", "nvfp4_backend=te")
+  message = _message(excinfo)
+  assert "Random Hadamard Transform" in message and "K (the columns of x) = 64 per device" in message, message
+  assert "emb_dim=64 (base_emb_dim=64)" in message and "quantization=te_nvfp4_no_rht" in message, message
+  assert "e.g. 128" in message, message
+  load("quantization=te_nvfp4_no_rht", "nvfp4_backend=te")  # no RHT, no rule
+  load("quantization=te_nvfp4", "nvfp4_backend=emulated")  # the emulation has no such limit
+  load("quantization=te_nvfp4", "base_emb_dim=128", "nvfp4_backend=te")  # dims TE accepts
+
+
+def test_auto_checks_only_when_it_resolves_to_te(load):
+  from MaxText import backend  # pylint: disable=import-outside-toplevel
+
+  with pytest.raises(ValueError, match="Random Hadamard Transform"):
+    load("quantization=te_nvfp4", "nvfp4_backend=auto")
+  no_te = backend.Environment(te_error="ModuleNotFoundError: No module named 'transformer_engine'",
+                              gpu_capabilities=())
+  load("quantization=te_nvfp4", "nvfp4_backend=auto", env=no_te)
+
+
+def test_rht_rows_and_tensor_parallel_columns_per_device(load):
+  with pytest.raises(ValueError) as excinfo:  # 32 tokens per device: RHT wants rows % 64
+    load("quantization=te_nvfp4", "base_emb_dim=128", "per_device_batch_size=1", "max_target_length=32",
+         "nvfp4_backend=te")
+  assert "M (tokens, the rows of x and dY) = 32 per device" in _message(excinfo), _message(excinfo)
+  assert "per_device_batch_size=1 max_target_length=32" in _message(excinfo)
+  with pytest.raises(ValueError) as excinfo:  # mlp 256 over tensor=4: 64 columns of dY per device
+    load("quantization=te_nvfp4", "base_emb_dim=128", "ici_tensor_parallelism=4", "ici_fsdp_parallelism=1",
+         "nvfp4_backend=te")
+  assert "N (the columns of dY) = 64 per device" in _message(excinfo), _message(excinfo)
+  assert "tensor=4" in _message(excinfo), _message(excinfo)
+
+
+def test_cublas_fp4_alignment(load):
+  with pytest.raises(ValueError) as excinfo:  # 48 is a multiple of NVFP4's block (16) but not of cuBLAS's 32
+    load("quantization=te_nvfp4_no_rht", "base_emb_dim=48", "nvfp4_backend=te")
+  message = _message(excinfo)
+  assert "cuBLAS" in message and "K = 48 per device" in message and "multiple of 32" in message, message
+  load("quantization=te_nvfp4_no_rht", "base_emb_dim=48", "nvfp4_backend=emulated")
+
+
+def test_comm_gemm_overlap_refused(load):
+  """maxtext itself refuses te_comm_gemm_overlap outside a multi-process GPU run, so the rule is checked on a
+  loaded config with the key set as such a run would have it."""
+  from MaxText.te_rules import te_errors  # pylint: disable=import-outside-toplevel
+
+  config = load("quantization=te_nvfp4", "base_emb_dim=128", "nvfp4_backend=te")
+  assert te_errors(config) == []
+  errors = te_errors(_Overriding(config, te_comm_gemm_overlap="mlp"))
+  assert len(errors) == 1 and "te_comm_gemm_overlap=mlp" in errors[0] and "disabled" in errors[0], errors
+
+
+@pytest.mark.slow
+def test_cli_exits_2_with_one_line():
+  """`python -m MaxText.train` (probe answering Blackwell): exit 2, one line naming keys, values and the fix."""
+  code = (f"import sys; from MaxText import backend; backend.probe_environment = lambda: {BLACKWELL}; "
+          "import runpy; sys.argv = ['MaxText.train', *sys.argv[1:]]; runpy.run_module('MaxText.train', "
+          "run_name='__main__')")
+  proc = subprocess.run([sys.executable, "-c", code, str(TINY_YML), "run_name=t", "quantization=te_nvfp4",
+                         "nvfp4_backend=te", "base_output_directory=/tmp/te_rules"],
+                        cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, check=False)
+  lines = [line for line in proc.stderr.splitlines() if line.startswith("MaxText.train: config error:")]
+  assert proc.returncode == 2, proc.stderr[-2000:]
+  assert len(lines) == 1 and "emb_dim=64" in lines[0] and "te_nvfp4_no_rht" in lines[0], proc.stderr[-2000:]
