@@ -40,6 +40,7 @@ from MaxText.nvfp4 import grouped
 from MaxText.nvfp4.gemm import GemmRecipe
 from MaxText.policy import Precision
 from MaxText.sr import sr_key
+from MaxText.switches import Switches, gemm_flags
 
 __all__ = ["ExpertGemms", "config_error", "expert_einsum", "expert_gemms", "expert_plan", "experts_precision",
            "install", "is_expert_kernel", "with_experts"]
@@ -48,7 +49,8 @@ __all__ = ["ExpertGemms", "config_error", "expert_einsum", "expert_gemms", "expe
 #: "embed_moe", "mlp_moe"), wo: ("exp", "mlp_moe", "embed_moe"), and the fsdp/2d/batch-split variants); the
 #: dispatch/combine masks that also reach `quant.einsum` do not.
 EXPERT_AXIS = "mlp_moe"
-_SR_ATTR = "nvfp4_experts_sr"  # the RoutedMoE attribute holding the key source (no leading "_": NNX state)
+_STATE_ATTR = "nvfp4_experts"  # the RoutedMoE attribute holding _ExpertState (no leading "_": NNX state)
+_unquantized_ragged_dot = jax.lax.ragged_dot  # jax's own, before install() wraps the attribute
 _MARK = "_nvfp4_moe_wrapper"
 
 
@@ -135,12 +137,21 @@ def config_error(config: Any, mode: str, env: Environment | None = None) -> str 
 
 @dataclasses.dataclass
 class _ExpertCall:
-  """What the GEMMs of the RoutedMoE call being traced need: implementation, recipe, key, and a call counter."""
+  """What the GEMMs of the RoutedMoE call being traced need: implementation, recipe, key, the BF16 switches
+  (traced bools or None, switches.gemm_flags) and a call counter."""
 
   gemms: ExpertGemms
   recipe: GemmRecipe
   key: jax.Array | None
+  all_bf16: jax.Array | None
+  forward_bf16: jax.Array | None
   calls: Any = dataclasses.field(default_factory=itertools.count)
+
+  def run(self, nvfp4: Callable[..., jax.Array], bf16: Callable[..., jax.Array], *operands: jax.Array) -> jax.Array:
+    """The NVFP4 GEMM, or (BF16 layer / past nvfp4_bf16_from_step) the unquantized one, picked by lax.cond."""
+    if self.all_bf16 is None:
+      return nvfp4(*operands)
+    return jax.lax.cond(self.all_bf16, bf16, nvfp4, *operands)
 
   def next_key(self) -> jax.Array | None:
     """A distinct key per expert GEMM of the layer (wi_0, wi_1, wo, in call order)."""
@@ -150,12 +161,18 @@ class _ExpertCall:
 _ACTIVE: contextvars.ContextVar[_ExpertCall | None] = contextvars.ContextVar("nvfp4_expert_call", default=None)
 
 
-class _SrKeySource(nn.Module):
-  """Serves the layer's stochastic-rounding key (sr.sr_key) from NNX: rng stream plus a checkpointed counter."""
+class _ExpertState(nn.Module):
+  """A RoutedMoE layer's NVFP4 expert state, bridged into NNX: the stochastic-rounding key (sr.sr_key: rng stream
+  plus a checkpointed call counter) and the BF16 switches (switches.gemm_flags: this layer's decoder index, written
+  after model build, and the training step), returned as (key or None, all_bf16, forward_bf16)."""
+
+  stochastic_rounding: bool
+  switches: Switches
 
   @nn.compact
-  def __call__(self) -> jax.Array:
-    return sr_key(self)
+  def __call__(self) -> tuple[jax.Array | None, jax.Array | None, jax.Array | None]:
+    key = sr_key(self) if self.stochastic_rounding else None
+    return (key, *gemm_flags(self, self.switches))
 
 
 def _nvfp4_experts(module: Any) -> bool:
@@ -168,8 +185,16 @@ def is_expert_kernel(mesh_axes: tuple[str | None, ...]) -> bool:
 
 def _grouped(lhs: jax.Array, rhs: jax.Array, group_sizes: jax.Array, preferred_element_type: Any) -> jax.Array:
   call = _ACTIVE.get()
-  y = call.gemms.grouped(lhs, rhs, group_sizes, key=call.next_key(), recipe=call.recipe)
-  return y.astype(preferred_element_type or lhs.dtype)
+  key = call.next_key()
+  forward_bf16 = False if call.forward_bf16 is None else call.forward_bf16
+
+  def nvfp4(lhs, rhs, group_sizes):
+    return call.gemms.grouped(lhs, rhs, group_sizes, key=key, recipe=call.recipe, forward_bf16=forward_bf16)
+
+  def bf16(lhs, rhs, group_sizes):
+    return _unquantized_ragged_dot(lhs, rhs, group_sizes, preferred_element_type=lhs.dtype)
+
+  return call.run(nvfp4, bf16, lhs, rhs, group_sizes).astype(preferred_element_type or lhs.dtype)
 
 
 def _refuse(what: str) -> None:
@@ -215,12 +240,13 @@ def _wrap_init(original: Callable[..., Any]) -> Callable[..., Any]:
   @functools.wraps(original)
   def __init__(self, *args, **kwargs):  # pylint: disable=invalid-name
     original(self, *args, **kwargs)
-    if _nvfp4_experts(self) and self.quant.policy.recipe.stochastic_rounding:
+    if _nvfp4_experts(self):
       from maxtext.layers import nnx_wrappers  # pylint: disable=import-outside-toplevel
 
-      source = nnx_wrappers.ToNNX(_SrKeySource(), rngs=self.rngs)
-      source.lazy_init()
-      setattr(self, _SR_ATTR, source)
+      state = nnx_wrappers.ToNNX(_ExpertState(stochastic_rounding=self.quant.policy.recipe.stochastic_rounding,
+                                              switches=self.quant.switches), rngs=self.rngs)
+      state.lazy_init()
+      setattr(self, _STATE_ATTR, state)
 
   setattr(__init__, _MARK, True)
   return __init__
@@ -235,9 +261,8 @@ def _wrap_call(original: Callable[..., Any]) -> Callable[..., Any]:
     if gemms is None:  # the config validator refuses this first; kept as the last line of defence
       raise NotImplementedError(f"NVFP4 routed experts on the {self.quant.backend.value} backend: {TE_MISSING}. "
                                 "Set nvfp4_moe_experts=bf16.")
-    recipe = self.quant.policy.recipe
-    key = getattr(self, _SR_ATTR)(mutable=["aqt"]) if recipe.stochastic_rounding else None
-    token = _ACTIVE.set(_ExpertCall(gemms, recipe, key))
+    key, all_bf16, forward_bf16 = getattr(self, _STATE_ATTR)(mutable=["aqt"])
+    token = _ACTIVE.set(_ExpertCall(gemms, self.quant.policy.recipe, key, all_bf16, forward_bf16))
     try:
       return original(self, *args, **kwargs)
     finally:
@@ -274,7 +299,16 @@ def _einsum(equation: str, lhs: jax.Array, rhs: jax.Array, **kwargs: Any) -> jax
   x = jnp.einsum(f"{lhs_labels}->{lead}{tokens}{k}", lhs)
   token_shape = x.shape[len(lead):-1]
   x = x.reshape(*x.shape[:len(lead)], -1, x.shape[-1])
-  y = call.gemms.batched(x, rhs, key=call.next_key(), recipe=call.recipe)  # (E, T, N)
+  key = call.next_key()
+  forward_bf16 = False if call.forward_bf16 is None else call.forward_bf16
+
+  def nvfp4(x, rhs):
+    return call.gemms.batched(x, rhs, key=key, recipe=call.recipe, forward_bf16=forward_bf16)  # (E, T, N)
+
+  def bf16(x, rhs):
+    return jnp.einsum(f"{'e' if lead else ''}tk,ekn->etn", x, rhs).astype(x.dtype)
+
+  y = call.run(nvfp4, bf16, x, rhs)
   y = y.reshape(y.shape[0], *token_shape, y.shape[-1])
   return jnp.einsum(f"{e}{tokens}{n}->{out}", y)
 

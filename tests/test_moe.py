@@ -44,7 +44,21 @@ _RUNS = {
     "mixtral_bf16": [*MIXTRAL, "megablox=false", "nvfp4_mlp_precision=bf16"],
     "deepseek_sparse": [*DEEPSEEK, "sparse_matmul=true", "megablox=true"],
     "deepseek_bf16": [*DEEPSEEK, "nvfp4_mlp_precision=bf16"],
+    # The recipe's BF16 switches reach the experts (Mixtral's only NVFP4 GEMMs): late switch, BF16 last layer.
+    "mixtral_late": [*MIXTRAL, "sparse_matmul=true", "megablox=false", "nvfp4_bf16_from_step=3",
+                     "learning_rate_schedule_steps=20"],
+    "mixtral_last_bf16": [*MIXTRAL, "sparse_matmul=false", "nvfp4_bf16_last_layers=1"],
+    # FSDP over 4 simulated devices, the same global batch (4 x 1 x 64 tokens) as the 1-device runs.
+    "mixtral_sparse_fsdp4": [*MIXTRAL, "sparse_matmul=true", "megablox=false", "ici_fsdp_parallelism=4",
+                             "per_device_batch_size=1", "learning_rate_schedule_steps=20"],
 }
+#: Runs that need fewer than STEPS steps.
+_SHORT = {"mixtral_late": 5, "mixtral_last_bf16": 1, "mixtral_sparse_fsdp4": 3}
+_ENV = {"mixtral_sparse_fsdp4": {"XLA_FLAGS": "--xla_force_host_platform_device_count=4"}}
+#: 4 devices vs 1: the sparse path runs inside maxtext's shard_map, so each device quantizes its own tokens (an
+#: expert's activation amax is per device, as on every rank of a multi-GPU run). Measured gap: 2e-4 (step 0),
+#: 6e-4 (step 1).
+FSDP_GAP_BOUND = 5e-3
 
 
 class _Runs:
@@ -57,9 +71,10 @@ class _Runs:
     if name not in self.done:
       run_dir = self.root / name
       run_dir.mkdir()
-      result = train_cli([f"run_name={name}", f"base_output_directory={self.root}", f"steps={STEPS}",
-                          "quantization=te_nvfp4", "nvfp4_backend=emulated", f"metrics_file={run_dir / 'metrics.jsonl'}",
-                          *_RUNS[name]], self.jax_cache_dir, timeout=600)
+      result = train_cli([f"run_name={name}", f"base_output_directory={self.root}", f"steps={_SHORT.get(name, STEPS)}",
+                          "quantization=te_nvfp4", "nvfp4_backend=emulated",
+                          f"metrics_file={run_dir / 'metrics.jsonl'}", *_RUNS[name]], self.jax_cache_dir, timeout=600,
+                         env=_ENV.get(name))
       assert result.returncode == 0, f"{name}: {result.stderr[-4000:]}"
       self.done[name] = run_dir
     return self.done[name]
@@ -108,6 +123,26 @@ def test_plan_shows_nvfp4_experts_bf16_router(runs, name):
 
 
 @pytest.mark.slow
+def test_late_bf16_switch_and_bf16_layers_reach_the_experts(runs):
+  """nvfp4_bf16_from_step=3: steps 0-2 are the NVFP4 run's, step 3's forward is BF16. A BF16 last layer changes the
+  step-0 loss of a model whose only NVFP4 GEMMs are its experts (so its expert GEMMs read their layer index)."""
+  late = read_losses(runs["mixtral_late"] / "metrics.jsonl")
+  nvfp4 = read_losses(runs["mixtral_sparse"] / "metrics.jsonl")
+  assert max(abs(a - b) for a, b in zip(late[:3], nvfp4[:3])) < 1e-5, (late, nvfp4[:5])
+  assert abs(late[3] - nvfp4[3]) > 1e-4, (late, nvfp4[:5])
+  last = read_losses(runs["mixtral_last_bf16"] / "metrics.jsonl")[0]
+  dense, base = (read_losses(runs[n] / "metrics.jsonl")[0] for n in ("mixtral_dense", "mixtral_bf16"))
+  assert abs(last - dense) > 1e-5 and abs(last - base) > 1e-5, (last, dense, base)
+
+
+@pytest.mark.slow
+def test_fsdp_on_4_devices_tracks_one_device(runs):
+  fsdp = read_losses(runs["mixtral_sparse_fsdp4"] / "metrics.jsonl")
+  one = read_losses(runs["mixtral_sparse"] / "metrics.jsonl")
+  assert max(abs(a - b) for a, b in zip(fsdp, one[:3])) < FSDP_GAP_BOUND, (fsdp, one[:3])
+
+
+@pytest.mark.slow
 def test_baseline_plan_has_bf16_experts(runs):
   experts = [g for g in _plan(runs["mixtral_bf16"]) if g["kind"] == "experts"]
   assert experts and {g["precision"] for g in experts} == {"bf16"}
@@ -141,7 +176,8 @@ def test_unsupported_expert_settings_are_named(key, value):
 
 def test_te_backend_with_moe_on_this_machine_fails_at_config_load(run_train, tmp_path):
   """Through the CLI: exit 2 and one line (TE cannot run here at all, which is checked first)."""
-  run = run_train(["quantization=te_nvfp4", "nvfp4_backend=te", *MIXTRAL, "steps=1", f"base_output_directory={tmp_path}"])
+  run = run_train(["quantization=te_nvfp4", "nvfp4_backend=te", *MIXTRAL, "steps=1",
+                   f"base_output_directory={tmp_path}"])
   lines = [l for l in run.stderr.splitlines() if l.startswith("MaxText.train: config error:")]
   assert run.returncode == 2 and len(lines) == 1 and "nvfp4_backend=te" in lines[0], run.stderr[-3000:]
 

@@ -51,7 +51,12 @@ def _expert_keys(key: jax.Array | None, experts: int) -> jax.Array | None:
 
 
 def batched_expert_matmul(
-    x: jax.Array, w: jax.Array, *, key: jax.Array | None, recipe: GemmRecipe = GemmRecipe()
+    x: jax.Array,
+    w: jax.Array,
+    *,
+    key: jax.Array | None,
+    recipe: GemmRecipe = GemmRecipe(),
+    forward_bf16: jax.Array | bool = False,
 ) -> jax.Array:
   """Per-expert NVFP4 GEMMs y[e] = x[e] . w[e] (or x . w[e] for a shared x), each with its own amaxes.
 
@@ -61,6 +66,7 @@ def batched_expert_matmul(
     w: E x K x N expert weights (N a multiple of 16); dW takes w's dtype.
     key: PRNG key for stochastic rounding of the output gradients (None only when the recipe has no SR).
     recipe: the recipe switches, as for the dense GEMMs.
+    forward_bf16: the late switch of the forward pass to BF16 (nvfp4_dot_general's), gradients stay NVFP4.
 
   Returns:
     E x T x N in x's dtype.
@@ -74,7 +80,7 @@ def batched_expert_matmul(
     x = jnp.broadcast_to(x, (experts, *x.shape))
 
   def one(x_e, w_e, key_e):
-    return nvfp4_dot_general(x_e, w_e, _NN, key=key_e, recipe=recipe)
+    return nvfp4_dot_general(x_e, w_e, _NN, key=key_e, recipe=recipe, forward_bf16=forward_bf16)
 
   if keys is None:
     return jax.vmap(functools.partial(one, key_e=None))(x, w)
@@ -88,6 +94,7 @@ def grouped_matmul(
     *,
     key: jax.Array | None,
     recipe: GemmRecipe = GemmRecipe(),
+    forward_bf16: jax.Array | bool = False,
 ) -> jax.Array:
   """`jax.lax.ragged_dot(x, w, group_sizes)` with every expert GEMM in NVFP4 (fprop, dgrad, wgrad).
 
@@ -98,6 +105,7 @@ def grouped_matmul(
     group_sizes: E integers (traced), sum <= M. An expert may get zero rows.
     key: PRNG key for stochastic rounding (None only when the recipe has no SR).
     recipe: the recipe switches.
+    forward_bf16: the late switch of the forward pass to BF16, as in batched_expert_matmul.
 
   Returns:
     M x N in x's dtype.
@@ -114,7 +122,7 @@ def grouped_matmul(
   slot = jnp.arange(capacity, dtype=jnp.int32)
   src = jnp.clip(starts[:, None] + slot[None, :], 0, rows - 1)
   slabs = jnp.where((slot[None, :] < sizes[:, None])[..., None], x[src], jnp.zeros((), x.dtype))
-  y_slabs = batched_expert_matmul(slabs, w, key=key, recipe=recipe)  # (E, C, N)
+  y_slabs = batched_expert_matmul(slabs, w, key=key, recipe=recipe, forward_bf16=forward_bf16)  # (E, C, N)
   # Back to rows: row r belongs to the first expert whose end is past r; rows past every end are padding.
   row = jnp.arange(rows, dtype=jnp.int32)
   owner = jnp.searchsorted(ends, row, side="right")
