@@ -9,6 +9,8 @@ check that the forward output, the input gradient and the kernel gradient are no
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -27,23 +29,32 @@ def _layer() -> linears.DenseGeneral:
                               quant=quant, dtype=jnp.bfloat16, rngs=nnx.Rngs(params=0, dropout=1, aqt=2))
 
 
-def _forward_and_grads(x: jax.Array, kernel_poison: float | None, dy_poison: float | None):
-  layer = _layer()
-  if kernel_poison is not None:
-    layer.kernel.set_value(layer.kernel.get_value().at[3, 5].set(kernel_poison))
-  graphdef, params, rest = nnx.split(layer, nnx.Param, ...)
+@functools.cache
+def _compiled():
+  """(graphdef, params, rest, jitted forward+vjp): one layer and one compilation shared by every test."""
+  graphdef, params, rest = nnx.split(_layer(), nnx.Param, ...)
 
   @jax.jit
-  def run(x, params, rest):
+  def run(x, params, rest, dy):
     def f(x, params):
       return nnx.merge(graphdef, params, rest, copy=True)(x)
 
     y, vjp = jax.vjp(f, x, params)
-    dy = jnp.ones_like(y) if dy_poison is None else jnp.ones_like(y).at[0, 7].set(dy_poison)
     dx, dparams = vjp(dy)
     return y, dx, dparams["kernel"].get_value()
 
-  return run(x, params, rest)
+  return params, rest, run
+
+
+def _forward_and_grads(x: jax.Array, kernel_poison: float | None, dy_poison: float | None):
+  params, rest, run = _compiled()
+  if kernel_poison is not None:
+    params = jax.tree.map(lambda v: v, params)  # a copy: the shared params stay clean
+    params["kernel"].set_value(params["kernel"].get_value().at[3, 5].set(kernel_poison))
+  dy = jnp.ones((32, 128), jnp.bfloat16)
+  if dy_poison is not None:
+    dy = dy.at[0, 7].set(dy_poison)
+  return run(x, params, rest, dy)
 
 
 def _x(poison: float | None = None) -> jax.Array:
