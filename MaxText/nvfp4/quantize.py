@@ -10,8 +10,9 @@ Exactness: data, scale and amax equal TE's for every tensor whose amax is 0 or >
 elements included. Below that (a whole tensor of magnitude < 1e-30, which training never produces) the
 tensor-scale products are themselves f32 subnormals, which XLA:CPU flushes to zero and the GPU does not.
 One more case of that flush: with rht=True, an RHT output below 2**-126 becomes 0 here, a bf16 subnormal in
-TE; with amax >= 1e-30 such an element can only sit in a block whose scale is 0, so only the data bits of a
-block that dequantizes to 0 can differ.
+TE, and so does every RHT term x_i * (+-1/4) below 2**-126 (inputs below 2**-124) before the f32 sum; with
+amax >= 1e-30 such an element can only sit in a block whose scale is 0, so only the data bits of a block that
+dequantizes to 0 can differ.
 
 Special values (stated here because TE's kernels are not all alike on them, and ours never crash):
   * NaN: ignored by the global amax (the tensor scale comes from the finite values); a block holding a NaN
@@ -123,12 +124,14 @@ def _from_abs_bits(bits: jax.Array, dtype: jnp.dtype) -> jax.Array:
   return jax.lax.bitcast_convert_type(bits, dtype).astype(jnp.float32)
 
 
-def global_amax(x: jax.Array) -> jax.Array:
+def global_amax(x: jax.Array, block_amaxes: jax.Array | None = None) -> jax.Array:
   """max |x| over the whole tensor as float32, ignoring NaN (module docstring); global when x is sharded.
 
-  The NaN-free case costs one plain max; only a tensor that holds a NaN pays for a second, masked pass.
+  With `block_amaxes` (block_amax of x's blocks, which quantize needs anyway) the NaN-free case is the max of
+  those, 1/16 of the elements (max is exact in any order, so the result is the same); without, one plain max
+  over x. Only a tensor that holds a NaN pays for a second, masked pass over x.
   """
-  amax = jnp.max(jnp.abs(x)).astype(jnp.float32)
+  amax = jnp.max(jnp.abs(x) if block_amaxes is None else block_amaxes).astype(jnp.float32)
 
   def _masked(x: jax.Array) -> jax.Array:
     bits, inf_bits = _abs_bits(x)
@@ -225,10 +228,10 @@ def _encode(
   block amaxes, blocked; global amax). 1D blocks run along `axis` (normalized), in place."""
   if rht:
     x = hadamard.rht(x, axis)  # bf16, as TE's RHT kernel writes it; the amax is the post-RHT amax.
-  amax = global_amax(x)
-  s_enc, s_dec = tensor_scales(amax)
   blocks, block_axes = _blocked(x, scaling, axis)
   bamax = block_amax(blocks, block_axes)  # a NaN block -> FLT_MAX -> scale 448
+  amax = global_amax(x, bamax)
+  s_enc, s_dec = tensor_scales(amax)
   s8 = to_e4m3_satfinite(fmin_flt_max(bamax * (s_enc * ONE_SIXTH)))
   enc = fmin_flt_max(np.float32(1.0) / (s8.astype(jnp.float32) * s_dec))  # s8 == 0 -> FLT_MAX
   return _scale_elements(blocks, enc), s8, bamax, amax

@@ -174,7 +174,11 @@ def test_bit_exact_property(x, scaling, as_bf16):
 )
 def test_bit_exact_rht_property(x):
   y = reference.rht_bf16(x.astype(ml_dtypes.bfloat16)).astype(np.float32)
-  hypothesis.assume(_in_exact_domain(y) and not np.any((y != 0) & (np.abs(y) < np.finfo(np.float32).tiny)))
+  tiny = np.finfo(np.float32).tiny
+  hypothesis.assume(_in_exact_domain(y) and not np.any((y != 0) & (np.abs(y) < tiny)))
+  # XLA:CPU also flushes the RHT's subnormal terms x_i / 4 (quantize module docstring): inputs below 4 * tiny.
+  xb = x.astype(ml_dtypes.bfloat16).astype(np.float32)
+  hypothesis.assume(not np.any((xb != 0) & (np.abs(xb) < 4 * tiny)))
   assert_bit_exact(x.astype(ml_dtypes.bfloat16), "1d", rht=True)
 
 
