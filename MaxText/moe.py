@@ -11,8 +11,9 @@ maxtext 0.2.5 (layers/moe.py) runs the expert GEMMs (wi_0, wi_1 or the fused wi,
                        capacity); the same hook serves the dispatch/combine einsums, which stay unquantized.
 How this module hooks in, as the plugin does elsewhere (attributes looked up at call time, wrapped once):
   * `RoutedMoE.__init__` gives each MoE layer whose quant object runs NVFP4 experts a small bridged Linen
-    module that serves its stochastic-rounding key (sr.sr_key: per layer, per step, checkpointed counter).
-  * `RoutedMoE.__call__` draws that key and marks, in a context variable, that this layer's expert GEMMs are
+    module (_ExpertState) serving its stochastic-rounding key (sr.sr_key: per layer, per step, checkpointed
+    counter) and the BF16 switches (switches.gemm_flags: BF16 layers by decoder index, late switch by step).
+  * `RoutedMoE.__call__` reads that state and marks, in a context variable, that this layer's expert GEMMs are
     NVFP4 while it runs (synchronously, during tracing; thread-safe, nothing global is swapped).
   * `mblx.gmm` and `jax.lax.ragged_dot` run `expert_gemms(backend).grouped` while that mark is set and are
     maxtext's/jax's own otherwise; `Nvfp4Quantization.einsum` returns `expert_einsum` for expert kernels.
@@ -45,10 +46,11 @@ from MaxText.switches import Switches, gemm_flags
 __all__ = ["ExpertGemms", "config_error", "expert_einsum", "expert_gemms", "expert_plan", "experts_precision",
            "install", "is_expert_kernel", "with_experts"]
 
-#: Every maxtext layout of the routed-expert kernels names the expert hidden dim "mlp_moe" (wi: ("exp",
-#: "embed_moe", "mlp_moe"), wo: ("exp", "mlp_moe", "embed_moe"), and the fsdp/2d/batch-split variants); the
-#: dispatch/combine masks that also reach `quant.einsum` do not.
-EXPERT_AXIS = "mlp_moe"
+#: `quant.einsum(mesh_axes=...)` serves two kinds of right-hand sides in RoutedMoE.dense_matmul: expert kernels,
+#: always 3-D (E, K, N) with axes such as ("exp", "embed_moe", "mlp_moe"), ("exp", None, "mlp") (capacity path),
+#: ("embed_moe", None, "mlp_moe") (fsdp), ("expert_only", "embed_moe", None) (batch split), and the dispatch/combine
+#: masks, 4-D or 5-D with "activation_*" axes.
+_MASK_AXIS_PREFIX = "activation"
 _STATE_ATTR = "nvfp4_experts"  # the RoutedMoE attribute holding _ExpertState (no leading "_": NNX state)
 _unquantized_ragged_dot = jax.lax.ragged_dot  # jax's own, before install() wraps the attribute
 _MARK = "_nvfp4_moe_wrapper"
@@ -180,7 +182,8 @@ def _nvfp4_experts(module: Any) -> bool:
 
 
 def is_expert_kernel(mesh_axes: tuple[str | None, ...]) -> bool:
-  return EXPERT_AXIS in mesh_axes
+  """Whether `quant.einsum(mesh_axes=...)` is asked for an expert-weight einsum (not a dispatch/combine mask)."""
+  return len(mesh_axes) == 3 and not any(str(a).startswith(_MASK_AXIS_PREFIX) for a in mesh_axes if a)
 
 
 def _grouped(lhs: jax.Array, rhs: jax.Array, group_sizes: jax.Array, preferred_element_type: Any) -> jax.Array:
@@ -274,9 +277,16 @@ def _wrap_call(original: Callable[..., Any]) -> Callable[..., Any]:
 
 def expert_einsum(mesh_axes: tuple[str | None, ...]) -> Callable[..., jax.Array]:
   """What `Nvfp4Quantization.einsum(mesh_axes=...)` returns: NVFP4 for expert kernels, jnp.einsum otherwise."""
-  if not is_expert_kernel(mesh_axes):
-    return jnp.einsum  # dispatch/combine masks: routing, not a weight GEMM
-  return _einsum
+  return _einsum if is_expert_kernel(mesh_axes) else _routing_einsum
+
+
+def _routing_einsum(equation: str, lhs: jax.Array, rhs: jax.Array, **kwargs: Any) -> jax.Array:
+  """Dispatch/combine (routing masks, not weights) stay unquantized; a 3-D right-hand side here would be an expert
+  weight that `is_expert_kernel` missed, which must fail rather than train unquantized."""
+  if rhs.ndim == 3:
+    raise NotImplementedError(f"NVFP4 experts: einsum {equation!r} with a 3-D right-hand side {rhs.shape} came with "
+                              "mask axes; an expert weight would run unquantized. Set nvfp4_moe_experts=bf16.")
+  return jnp.einsum(equation, lhs, rhs, **kwargs)
 
 
 def _einsum(equation: str, lhs: jax.Array, rhs: jax.Array, **kwargs: Any) -> jax.Array:

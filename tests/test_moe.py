@@ -188,16 +188,22 @@ def test_te_backend_with_moe_on_this_machine_fails_at_config_load(run_train, tmp
 
 
 def test_einsum_takes_maxtexts_call_signature():
-  """RoutedMoE.get_einsum calls quant.einsum(mesh_axes=...): NVFP4 for expert kernels, jnp.einsum for routing."""
+  """RoutedMoE.get_einsum calls quant.einsum(mesh_axes=...): NVFP4 for every expert-kernel layout maxtext uses,
+  unquantized for the dispatch/combine masks, which refuse a 3-D (expert weight) operand rather than run it."""
   import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
 
   quant = Nvfp4Quantization(policy=PrecisionPolicy(), backend=Backend.EMULATED, experts=Precision.NVFP4)
-  assert quant.einsum(mesh_axes=("exp", "embed_moe", "mlp_moe")) is expert_einsum(("exp", "embed_moe", "mlp_moe"))
-  assert quant.einsum(mesh_axes=("exp", "embed_moe", "mlp_moe")) is not jnp.einsum
-  assert quant.einsum(mesh_axes=("activation_batch_moe", "activation_norm_length_moe", None, None)) is jnp.einsum
-  assert quant.einsum() is jnp.einsum
+  kernels = [("exp", "embed_moe", "mlp_moe"), ("exp", "mlp_moe", "embed_moe"), ("exp", None, "mlp"),
+             ("exp", "mlp", None), ("embed_moe", None, "mlp_moe"), ("expert_only", "embed_moe", None)]
+  expert = expert_einsum(kernels[0])
+  assert expert is not jnp.einsum and all(quant.einsum(mesh_axes=axes) is expert for axes in kernels)
+  routing = quant.einsum(mesh_axes=("activation_batch_moe", "activation_norm_length_moe", None, None))
+  assert routing is not expert and quant.einsum() is routing
+  assert routing("BSM,BSEC -> EBCM", jnp.ones((2, 16, 4)), jnp.ones((2, 16, 3, 5))).shape == (3, 2, 5, 4)
+  with pytest.raises(NotImplementedError, match="3-D"):
+    routing("bk,ekn->ben", jnp.ones((2, 4)), jnp.ones((5, 4, 3)))
   bf16 = Nvfp4Quantization(policy=PrecisionPolicy(), backend=Backend.EMULATED, experts=Precision.BF16)
-  assert bf16.einsum(mesh_axes=("exp", "embed_moe", "mlp_moe")) is jnp.einsum
+  assert bf16.einsum(mesh_axes=kernels[0]) is jnp.einsum
 
 
 def _entry(module, precision, kind="dense"):
