@@ -19,7 +19,7 @@ test: test-cpu test-te ## The CPU suite, then the TE group (what CI runs).
 test-cpu: setup ## The CPU suite in .venv (everything but tests/te).
 	$(PY) -m pytest -q tests --ignore=tests/te
 
-test-te: ## Build .venv-gpu (./setup.sh --gpu; ~20 min the first time) and lower the TE backend to CUDA on CPU.
+test-te: ## Build .venv-gpu (./setup.sh --gpu; ~25 min once) and lower the TE backend to CUDA on CPU.
 	./setup.sh --gpu --venv $(GPU_VENV)
 	MAXTEXT_TE_TESTS=required $(GPU_VENV)/bin/python -m pytest -v -p no:cacheprovider tests/te
 

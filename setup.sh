@@ -59,7 +59,8 @@ find_python() {
     command -v "$c" >/dev/null 2>&1 || [[ -x "$c" ]] || continue
     v="$(py_version "$c")"
     if version_ok "$v"; then echo "$c"; return 0; fi
-    [[ -n "${PYTHON:-}" && "$c" == "$PYTHON" ]] && echo "setup.sh: \$PYTHON=$PYTHON is Python ${v:-?}, need >= 3.12; looking further" >&2
+    [[ -n "${PYTHON:-}" && "$c" == "$PYTHON" ]] \
+      && echo "setup.sh: \$PYTHON=$PYTHON is Python ${v:-?}, need >= 3.12; looking further" >&2
   done
   return 1
 }
@@ -106,8 +107,8 @@ if (( gpu )); then
   # Stage 2: transformer_engine_jax is published as source only. NVTE_BUILD_USE_NVIDIA_WHEELS=1 builds it against
   # the nvidia-* wheels just installed (headers and libraries) instead of a system CUDA toolkit; no build
   # isolation, so the build sees them; no deps, because stage 1 installed them. pip caches the built wheel.
-  if "$venv/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('transformer-engine-jax') != sys.argv[1])" \
-       "${te_jax#*==}" 2>/dev/null; then
+  installed='import importlib.metadata as m, sys; sys.exit(m.version("transformer-engine-jax") != sys.argv[1])'
+  if "$venv/bin/python" -c "$installed" "${te_jax#*==}" 2>/dev/null; then
     echo "setup.sh: $te_jax already installed"
   else
     echo "setup.sh: building $te_jax against the CUDA wheels (first time ~11 min on 2 cores; then pip's cache)"

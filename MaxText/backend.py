@@ -46,7 +46,8 @@ def te_nvfp4_support_error() -> str | None:
   alone, which is all jax reports.
   """
   try:
-    from transformer_engine.jax.quantize import ScalingMode, is_scaling_mode_supported  # pylint: disable=import-outside-toplevel
+    # pylint: disable-next=import-outside-toplevel
+    from transformer_engine.jax.quantize import ScalingMode, is_scaling_mode_supported
   except ImportError as e:  # a TE without this API: say so rather than guess
     return f"this TransformerEngine has no is_scaling_mode_supported ({e}); TE 2.20.2 is the tested version"
   supported, reason = is_scaling_mode_supported(ScalingMode.NVFP4_1D_SCALING)
