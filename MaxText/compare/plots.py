@@ -130,10 +130,10 @@ def loss_figure(runs: Sequence[RunMetrics], report: Report) -> Figure:
   ax_raw.set_title(f"raw training gap to {base.name}, one point per step (no smoothing)", fontsize=10)
   _plot_losses(ax_loss, base, candidates, smooth)
   ax_raw.margins(y=0.15)  # room for the max annotations
-  for ax in (ax_gap, ax_raw, ax_loss):
+  for ax, where in ((ax_gap, "best"), (ax_raw, "lower left"), (ax_loss, "best")):  # raw: the max labels sit on top
     ax.grid(alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
-      ax.legend(loc="best", fontsize=7, ncol=2, framealpha=0.8)
+      ax.legend(loc=where, fontsize=7, ncol=2, framealpha=0.8)
   ax_loss.set_xlabel("step")
   fig.tight_layout()
   return fig
