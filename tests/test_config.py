@@ -44,6 +44,7 @@ _OUR_KEYS = {
     "nvfp4_2d_weight_scaling": True,
     "nvfp4_nonfinite_check": True,
     "nvfp4_mlp_precision": "nvfp4",
+    "nvfp4_moe_experts": "nvfp4",
     "nvfp4_bf16_first_layers": 0,
     "nvfp4_bf16_last_layers": 0,
     "nvfp4_bf16_from_step": None,
