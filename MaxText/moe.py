@@ -148,6 +148,7 @@ class _ExpertCall:
   all_bf16: jax.Array | None
   forward_bf16: jax.Array | None
   calls: Any = dataclasses.field(default_factory=itertools.count)
+  gemms_run: int = 0  # expert GEMMs that went through the hooks in this call
 
   def run(self, nvfp4: Callable[..., jax.Array], bf16: Callable[..., jax.Array], *operands: jax.Array) -> jax.Array:
     """The NVFP4 GEMM, or (BF16 layer / past nvfp4_bf16_from_step) the unquantized one, picked by lax.cond."""
@@ -188,6 +189,7 @@ def is_expert_kernel(mesh_axes: tuple[str | None, ...]) -> bool:
 
 def _grouped(lhs: jax.Array, rhs: jax.Array, group_sizes: jax.Array, preferred_element_type: Any) -> jax.Array:
   call = _ACTIVE.get()
+  call.gemms_run += 1
   key = call.next_key()
   forward_bf16 = False if call.forward_bf16 is None else call.forward_bf16
 
@@ -265,11 +267,17 @@ def _wrap_call(original: Callable[..., Any]) -> Callable[..., Any]:
       raise NotImplementedError(f"NVFP4 routed experts on the {self.quant.backend.value} backend: {TE_MISSING}. "
                                 "Set nvfp4_moe_experts=bf16.")
     key, all_bf16, forward_bf16 = getattr(self, _STATE_ATTR)(mutable=["aqt"])
-    token = _ACTIVE.set(_ExpertCall(gemms, self.quant.policy.recipe, key, all_bf16, forward_bf16))
+    call = _ExpertCall(gemms, self.quant.policy.recipe, key, all_bf16, forward_bf16)
+    token = _ACTIVE.set(call)
     try:
-      return original(self, *args, **kwargs)
+      out = original(self, *args, **kwargs)
     finally:
       _ACTIVE.reset(token)
+    if call.gemms_run == 0:  # maxtext took an expert path the hooks do not cover: never silently unquantized
+      raise NotImplementedError("NVFP4 routed experts: this RoutedMoE call ran its expert GEMMs outside the NVFP4 "
+                                "hooks (megablox gmm, jax.lax.ragged_dot, quant.einsum), so they would train "
+                                "unquantized. Set nvfp4_moe_experts=bf16, or use maxtext's default MoE settings.")
+    return out
 
   setattr(__call__, _MARK, True)
   return __call__
@@ -309,6 +317,7 @@ def _einsum(equation: str, lhs: jax.Array, rhs: jax.Array, **kwargs: Any) -> jax
   x = jnp.einsum(f"{lhs_labels}->{lead}{tokens}{k}", lhs)
   token_shape = x.shape[len(lead):-1]
   x = x.reshape(*x.shape[:len(lead)], -1, x.shape[-1])
+  call.gemms_run += 1
   key = call.next_key()
   forward_bf16 = False if call.forward_bf16 is None else call.forward_bf16
 
