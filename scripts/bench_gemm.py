@@ -4,6 +4,8 @@
 Each mode computes y = x W, dx and dW (one jax.vjp) for x: M x K, W: K x N and dY: M x N, all bfloat16 as
 maxtext's DenseGeneral passes them (it casts the f32 kernel to the compute dtype before the GEMM). Modes:
   bf16              plain `x @ w` (the baseline every row is divided by)
+  bf16_3d           the same GEMM as maxtext's unquantized DenseGeneral calls it: `lax.dot_general` on x viewed
+                    as 3D (batch 4, seq, embed); XLA:CPU runs its backward on a much slower path than the 2D one
   te_nvfp4          nvfp4_dot_general, NVIDIA's recipe (2D weights, RHT and stochastic rounding in wgrad)
   te_nvfp4_no_rht   the same without RHT
   jax_nvfp4         `jax.nn.scaled_dot_general` with JAX's nvfp4 config (it quantizes as it sees fit; no RHT,
@@ -39,6 +41,8 @@ def _modes(key: jax.Array) -> dict[str, Callable[[jax.Array, jax.Array], jax.Arr
   jax_nvfp4 = [jax.nn.get_scaled_dot_general_config("nvfp4", jnp.array([1.0], jnp.float32))] * 3
   return {
       "bf16": lambda x, w: x @ w,
+      "bf16_3d": lambda x, w: jax.lax.dot_general(x.reshape(4, -1, x.shape[-1]), w, (((2,), (0,)), ((), ())))
+                 .reshape(x.shape[0], w.shape[1]),
       "te_nvfp4": lambda x, w: nvfp4_dot_general(x, w, _NN, key=key, recipe=GemmRecipe()),
       "te_nvfp4_no_rht": lambda x, w: nvfp4_dot_general(x, w, _NN, key=key, recipe=GemmRecipe(rht=False)),
       "jax_nvfp4": lambda x, w: jax.nn.scaled_dot_general(x, w, _NN, preferred_element_type=x.dtype,
