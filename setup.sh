@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
 # Creates a virtual environment (default .venv/ in this repository) with the pinned set, then installs this
 # project into it, editable (`pip install --no-deps -e .`), so `python -m MaxText.train` works from any directory.
 #
@@ -25,7 +26,7 @@ while (( $# )); do
       [[ $# -ge 2 && -n "$2" ]] || { echo "setup.sh: --venv needs a directory, e.g. --venv .venv-gpu" >&2; exit 2; }
       venv="$2"; shift ;;
     --venv=*) venv="${1#--venv=}" ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    -h|--help) sed -n '3,16p' "$0"; exit 0 ;;
     *) echo "setup.sh: unknown argument '$1' (valid: --gpu, --venv DIR)" >&2; exit 2 ;;
   esac
   shift

@@ -1,4 +1,4 @@
-# Copyright 2026 The NVFP4-for-MaxText Authors. Licensed under the Apache License, Version 2.0.
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
 """Chooses the NVFP4 backend: TransformerEngine on Blackwell, the pure-JAX emulation elsewhere.
 
 `auto` never falls back silently: the choice and its reason are logged in one line. `te` where TE cannot run

@@ -1,4 +1,4 @@
-# Copyright 2026 The NVFP4-for-MaxText Authors. Licensed under the Apache License, Version 2.0.
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
 """The dimensions of every NVFP4 GEMM a config will run, computed from the config alone, before any model exists.
 
 Why: a GEMM dimension that is not a multiple of NVFP4's 16-element block otherwise fails deep inside the traced

@@ -1,4 +1,4 @@
-# Copyright 2026 The NVFP4-for-MaxText Authors. Licensed under the Apache License, Version 2.0.
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
 """NVFP4 routed-expert GEMMs inside maxtext's RoutedMoE, on both MoE paths, without editing maxtext.
 
 maxtext 0.2.5 (layers/moe.py) runs the expert GEMMs (wi_0, wi_1 or the fused wi, wo) in one of two ways:

@@ -1,4 +1,4 @@
-# Copyright 2026 The NVFP4-for-MaxText Authors. Licensed under the Apache License, Version 2.0.
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
 """The precision plan: what each GEMM of the built model actually runs, written and printed at startup.
 
 A known complaint about NVFP4 elsewhere is that it is silently not used. The plan is read off the model maxtext

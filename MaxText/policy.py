@@ -1,4 +1,4 @@
-# Copyright 2026 The NVFP4-for-MaxText Authors. Licensed under the Apache License, Version 2.0.
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
 """The precision policy: which GEMM runs in which precision, decided from the kernel's logical axes.
 
 NVIDIA's recipe puts only the MLP (feed-forward) GEMMs in NVFP4; attention projections stay BF16 (or FP8),

@@ -1,4 +1,4 @@
-# Copyright 2026 The NVFP4-for-MaxText Authors. Licensed under the Apache License, Version 2.0.
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
 """What a training run records in its run directory, and what it says when a resume changes precision.
 
 Why: maxtext resumes a checkpoint under another `quantization` (or other nvfp4_* keys) without a word, filling

@@ -1,4 +1,4 @@
-# Copyright 2026 The NVFP4-for-MaxText Authors. Licensed under the Apache License, Version 2.0.
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
 """The stochastic-rounding key of one GEMM call, shared by the emulated (adapter) and TE (te_backend) modules.
 
 Its own module so that both backends depend on it and neither on the other (no import circle).

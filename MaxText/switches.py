@@ -1,4 +1,4 @@
-# Copyright 2026 The NVFP4-for-MaxText Authors. Licensed under the Apache License, Version 2.0.
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
 """The recipe's BF16 switches: BF16 first/last decoder layers and the late switch of GEMMs to BF16.
 
 NVIDIA's NVFP4 pretraining paper keeps some blocks in BF16 (12B: the first 2 and last 8 of 62) and switches the

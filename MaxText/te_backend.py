@@ -1,4 +1,4 @@
-# Copyright 2026 The NVFP4-for-MaxText Authors. Licensed under the Apache License, Version 2.0.
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
 """The TransformerEngine backend: TE's NVFP4 (and FP8 current scaling) dense GEMMs as DenseGeneral modules.
 
 Real code for TE 2.20.2 (transformer_engine.jax): `transformer_engine.jax.dense.dense` with a quantizer set

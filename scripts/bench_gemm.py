@@ -1,4 +1,4 @@
-# Copyright 2026 The NVFP4-for-MaxText Authors. Licensed under the Apache License, Version 2.0.
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
 """Forward + backward time of one GEMM: emulated NVFP4 against plain BF16 and JAX's own NVFP4, in one run.
 
 Each mode computes y = x W, dx and dW (one jax.vjp) for x: M x K, W: K x N and dY: M x N, all bfloat16 as

@@ -1,4 +1,4 @@
-# Copyright 2026 The NVFP4-for-MaxText Authors. Licensed under the Apache License, Version 2.0.
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
 """Median training step time of a tiny MoE model: NVFP4 experts (emulated te_nvfp4) vs BF16 experts, per MoE path.
 
 Each row trains in its own subprocess through `python -m MaxText.train` on configs/tiny.yml turned into a

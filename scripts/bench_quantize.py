@@ -1,4 +1,4 @@
-# Copyright 2026 The NVFP4-for-MaxText Authors. Licensed under the Apache License, Version 2.0.
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
 """Throughput of NVFP4 quantize per mode against a one-pass cast baseline; prints a table, writes JSON.
 
 The baseline is the least any quantizer must do: read the bf16 tensor once, convert, write FP4

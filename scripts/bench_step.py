@@ -1,4 +1,4 @@
-# Copyright 2026 The NVFP4-for-MaxText Authors. Licensed under the Apache License, Version 2.0.
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
 """Median training step time of one config under several precisions, in one run; prints a table, writes JSON.
 
 Each precision trains in its own subprocess through `python -m MaxText.train` (maxtext's own trainer), and

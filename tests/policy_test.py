@@ -1,4 +1,4 @@
-# Copyright 2026 The NVFP4-for-MaxText Authors. Licensed under the Apache License, Version 2.0.
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
 """The precision policy, the backend choice, the module table and the TE recipe arguments (no TE needed)."""
 
 import flax.linen as nn

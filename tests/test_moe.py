@@ -1,4 +1,4 @@
-# Copyright 2026 The NVFP4-for-MaxText Authors. Licensed under the Apache License, Version 2.0.
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
 """MoE under te_nvfp4: NVFP4 routed experts on both maxtext MoE paths, the plan, and the refusals.
 
 The training runs (module-scoped, subprocesses through the CLI, ~5 runs of 20 steps) are marked slow:

@@ -1,4 +1,4 @@
-# Copyright 2026 The NVFP4-for-MaxText Authors. Licensed under the Apache License, Version 2.0.
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
 """A NaN or Inf never becomes a finite number in an NVFP4 GEMM, seen through maxtext's own DenseGeneral.
 
 TE's quantizer kernels turn a NaN block into scale 448 and element +6 (NVFP4_SPEC.md section 2): trained on,

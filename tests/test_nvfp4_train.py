@@ -1,4 +1,4 @@
-# Copyright 2026 The NVFP4-for-MaxText Authors. Licensed under the Apache License, Version 2.0.
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
 """te_nvfp4 / te_nvfp4_no_rht end to end through maxtext's trainer on CPU (emulated backend).
 
 One module-scoped set of tiny runs (subprocesses, ~3 minutes in all) serves every assertion:

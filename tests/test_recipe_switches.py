@@ -1,4 +1,4 @@
-# Copyright 2026 The NVFP4-for-MaxText Authors. Licensed under the Apache License, Version 2.0.
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
 """BF16 first/last layers and the late switch to BF16 (nvfp4_bf16_*): the GEMM module, the model, the trainer."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-# Copyright 2026 The NVFP4-for-MaxText Authors. Licensed under the Apache License, Version 2.0.
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
 """Blackwell recipes, tested without Blackwell: the YAMLs load through maxtext's config system (with our plugin's
 config class) on CPU, the scripts print the right command lines with --dry-run, and a run of the scripts with a
 stand-in for the trainer (recorded metrics) ends in a real comparison report.

@@ -1,4 +1,4 @@
-# Copyright 2026 The NVFP4-for-MaxText Authors. Licensed under the Apache License, Version 2.0.
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
 """te_nvfp4 under the ways maxtext distributes and resumes training: sharding, processes, accumulation, resume.
 
 Every run here is the tiny model for STEPS steps with the same seeds; each is compared with the single-device run

@@ -1,4 +1,4 @@
-# Copyright 2026 The NVFP4-for-MaxText Authors. Licensed under the Apache License, Version 2.0.
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
 """Compare training runs against a baseline (`python -m MaxText.compare RUN ... --baseline NAME`).
 
 Layers, one way: metrics (read JSONL/TensorBoard) -> analysis (maths) -> report (files, table) and plots; schema

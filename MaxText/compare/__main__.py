@@ -1,4 +1,4 @@
-# Copyright 2026 The NVFP4-for-MaxText Authors. Licensed under the Apache License, Version 2.0.
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
 """CLI: `python -m MaxText.compare RUN ... --baseline NAME [--out DIR] [--window-start STEP] [--smooth N] ...`.
 
 A RUN is a run dir (`<base_output_directory>/<run_name>`, named by its basename), a metrics .jsonl (named by its

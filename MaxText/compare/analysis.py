@@ -1,4 +1,4 @@
-# Copyright 2026 The NVFP4-for-MaxText Authors. Licensed under the Apache License, Version 2.0.
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
 """The comparison maths: loss gaps in nats on aligned steps, step-0 agreement, throughput and speedup.
 
 Conventions (the README repeats them):

@@ -1,4 +1,4 @@
-# Copyright 2026 The NVFP4-for-MaxText Authors. Licensed under the Apache License, Version 2.0.
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
 """Reads one training run's per-step metrics from maxtext's `metrics_file` JSONL, or from its TensorBoard events.
 
 Why two sources: `metrics_file` is the exact record (one JSON object per logged step, keys below), but maxtext

@@ -1,4 +1,4 @@
-# Copyright 2026 The NVFP4-for-MaxText Authors. Licensed under the Apache License, Version 2.0.
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
 """loss.png (the gap to the baseline, raw and smoothed, eval gaps, the losses) and throughput.png, with Agg.
 
 Why Agg, set here: the comparison runs on headless cluster nodes and in CI, where an interactive backend would fail

@@ -1,4 +1,4 @@
-# Copyright 2026 The NVFP4-for-MaxText Authors. Licensed under the Apache License, Version 2.0.
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
 """Builds the report from loaded runs and writes report.json, report.md, loss.png and throughput.png.
 
 Why a markdown table as the printed output too: the same text goes to the terminal, into report.md and into the

@@ -1,4 +1,4 @@
-# Copyright 2026 The NVFP4-for-MaxText Authors. Licensed under the Apache License, Version 2.0.
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
 """What a run ran on, read from the files next to its metrics: the precision plan, maxtext's config, machine load.
 
 Why the comparison needs it: a step time means "NVFP4 speed" only when the NVFP4 GEMMs ran on real FP4 hardware

@@ -1,4 +1,4 @@
-# Copyright 2026 The NVFP4-for-MaxText Authors. Licensed under the Apache License, Version 2.0.
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
 """The versioned schema of report.json, as pydantic models: the single source of its field names and meanings.
 
 Why pydantic: the same models validate a report when it is read back (tests, downstream tools) and print a JSON

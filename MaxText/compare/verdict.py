@@ -1,4 +1,4 @@
-# Copyright 2026 The NVFP4-for-MaxText Authors. Licensed under the Apache License, Version 2.0.
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
 """The one-line verdict per candidate, and whether its step-time ratio may be called a speedup.
 
 Why relative gaps with fixed thresholds: NVIDIA's NVFP4 pretraining paper reports the NVFP4 loss within 1% (relative)

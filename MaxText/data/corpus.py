@@ -1,4 +1,4 @@
-# Copyright 2026 The NVFP4-for-MaxText Authors. Licensed under the Apache License, Version 2.0.
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
 """A deterministic local training corpus built from the Python standard library's source files.
 
 Why this corpus: CPU runs need real text (synthetic tokens make every precision's loss curve look the same),

@@ -1,4 +1,4 @@
-# Copyright 2026 The NVFP4-for-MaxText Authors. Licensed under the Apache License, Version 2.0.
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
 """The NVFP4 GEMM: a dot_general with a custom VJP that follows NVFP4_SPEC.md §6 operand by operand.
 
 For y = x W (x: M x K, W: K x N):

@@ -1,4 +1,4 @@
-# Copyright 2026 The NVFP4-for-MaxText Authors. Licensed under the Apache License, Version 2.0.
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
 """NVFP4 expert GEMMs (MoE): the dense recipe of gemm.py applied per expert, for grouped and batched layouts.
 
 Two layouts maxtext uses for routed experts (W: E x K x N, one K x N matrix per expert):

@@ -1,4 +1,4 @@
-# Copyright 2026 The NVFP4-for-MaxText Authors. Licensed under the Apache License, Version 2.0.
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
 """NVFP4 quantize/dequantize in pure JAX, equal bit for bit to TransformerEngine's quantizer.
 
 The algorithm is NVFP4_SPEC.md §2-5, in the kernels' own order of f32 operations: a global amax gives the

@@ -1,4 +1,4 @@
-# Copyright 2026 The NVFP4-for-MaxText Authors. Licensed under the Apache License, Version 2.0.
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
 """Stochastic rounding onto the E2M1 grid, with TE's software rule (NVFP4_SPEC.md §5).
 
 TE draws its random bits from Philox per CUDA thread, so no emulation can reproduce TE's rounded values

@@ -1,4 +1,4 @@
-# Copyright 2026 The NVFP4-for-MaxText Authors. Licensed under the Apache License, Version 2.0.
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
 # Shared by throughput_pair.sh and convergence_pair.sh (sourced, not run). Why a shared file: both scripts must
 # build the training and comparison command lines the same way, and --dry-run must print exactly what would run.
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Copyright 2026 The NVFP4-for-MaxText Authors. Licensed under the Apache License, Version 2.0.
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
 #
 # The convergence pair on Blackwell: FP8 then te_nvfp4 for N steps on C4 (maxtext's TFDS pipeline, c4/en:3.0.1),
 # same weights, data order and schedule; then `python -m MaxText.compare` (loss gap in nats after warm-up, smoothed

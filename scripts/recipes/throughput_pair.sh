@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Copyright 2026 The NVFP4-for-MaxText Authors. Licensed under the Apache License, Version 2.0.
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
 #
 # The throughput pair on a Blackwell node (GB200 / GB300): FP8 then te_nvfp4, same recipe otherwise, synthetic
 # data, 50 steps each; then `python -m MaxText.compare` (speedup = FP8 median step time / NVFP4 median step time,

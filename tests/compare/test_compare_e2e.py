@@ -1,4 +1,4 @@
-# Copyright 2026 The NVFP4-for-MaxText Authors. Licensed under the Apache License, Version 2.0.
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
 """End to end: two tiny real runs on the local corpus (no quantization vs maxtext's fp8), then the comparison CLI."""
 
 import pathlib

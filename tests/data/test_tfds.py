@@ -1,4 +1,4 @@
-# Copyright 2026 The NVFP4-for-MaxText Authors. Licensed under the Apache License, Version 2.0.
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
 """The cluster recipes' data wiring: maxtext's TFDS pipeline reading a tiny `c4/en:3.0.1` built here.
 
 Why: the recipes (configs/recipes/*.yml) read C4 through `dataset_type=tfds`, like the published runs, and C4 itself

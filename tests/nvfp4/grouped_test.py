@@ -1,4 +1,4 @@
-# Copyright 2026 The NVFP4-for-MaxText Authors. Licensed under the Apache License, Version 2.0.
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
 """NVFP4 expert GEMMs: forward and both gradients against an f32 reference built from quantize/dequantize per
 expert (uneven groups, an expert with zero tokens, padding rows), for the grouped and the batched layouts."""
 

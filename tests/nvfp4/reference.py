@@ -1,4 +1,4 @@
-# Copyright 2026 The NVFP4-for-MaxText Authors. Licensed under the Apache License, Version 2.0.
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
 """A plain-NumPy oracle of TE's NVFP4 quantizer, written from NVFP4_SPEC.md §2-4 line by line.
 
 Independent of MaxText.nvfp4 on purpose: E2M1 rounding is a nearest-value search over the 8 magnitudes

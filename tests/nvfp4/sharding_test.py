@@ -1,4 +1,4 @@
-# Copyright 2026 The NVFP4-for-MaxText Authors. Licensed under the Apache License, Version 2.0.
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
 """amax is the global amax when x is sharded over 8 simulated CPU devices; results equal the unsharded ones.
 
 Runs in a subprocess because the device count is fixed when jax initializes its CPU backend.
