@@ -15,11 +15,11 @@ import os
 import pathlib
 import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 
-_REPO = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from bench_step import train_step_times  # noqa: E402  # pylint: disable=wrong-import-position
 MOE = ["decoder_block=mixtral", "num_experts=4", "num_experts_per_tok=2", "base_moe_mlp_dim=256",
        "quantization=te_nvfp4", "nvfp4_backend=emulated"]
 #: (path, overrides) rows; each path gets a BF16-expert baseline and an NVFP4-expert run.
@@ -28,18 +28,6 @@ PATHS = {
     "sparse_matmul=false (einsum)": ["sparse_matmul=false"],
 }
 EXPERTS = {"bf16 experts": ["nvfp4_mlp_precision=bf16"], "nvfp4 experts": []}
-
-
-def _train(name: str, overrides: list[str], steps: int, out: pathlib.Path) -> list[float]:
-  metrics = out / f"{name}.jsonl"
-  cmd = [sys.executable, "-m", "MaxText.train", "configs/tiny.yml", f"run_name={name}", f"base_output_directory={out}",
-         f"steps={steps}", f"metrics_file={metrics}", "enable_checkpointing=false", *overrides]
-  proc = subprocess.run(cmd, cwd=_REPO, capture_output=True, text=True, check=False,
-                        env=dict(os.environ, JAX_PLATFORMS=os.environ.get("JAX_PLATFORMS", "cpu")))
-  if proc.returncode:
-    raise SystemExit(f"bench_moe: {name} failed ({' '.join(cmd)}):\n{proc.stderr[-3000:]}")
-  rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
-  return [float(r["perf/step_time_seconds"]) for r in rows]
 
 
 def main() -> None:
@@ -55,7 +43,7 @@ def main() -> None:
     for path, path_overrides in PATHS.items():
       for experts, expert_overrides in EXPERTS.items():
         name = f"p{len(rows)}"
-        times = _train(name, [*MOE, *path_overrides, *expert_overrides, *args.overrides], args.steps, pathlib.Path(tmp))
+        times = train_step_times("configs/tiny.yml", name, [*MOE, *path_overrides, *expert_overrides, *args.overrides], args.steps, pathlib.Path(tmp))
         rows.append({"path": path, "experts": experts, "median_step_s": statistics.median(times[args.skip:]),
                      "steps_timed": len(times[args.skip:])})
         print(f"  {path}, {experts}: {rows[-1]['median_step_s'] * 1e3:.1f} ms", flush=True)

@@ -36,7 +36,8 @@ PRECISIONS = {
 _BASELINE = "bf16"
 
 
-def _train(config: str, name: str, overrides: list[str], steps: int, out: pathlib.Path) -> list[float]:
+def train_step_times(config: str, name: str, overrides: list[str], steps: int, out: pathlib.Path) -> list[float]:
+  """Trains `config` with `overrides` in a subprocess; returns maxtext's per-step times (also used by bench_moe)."""
   metrics = out / f"{name}.jsonl"
   metrics.unlink(missing_ok=True)
   cmd = [sys.executable, "-m", "MaxText.train", config, f"run_name={name}", f"base_output_directory={out}",
@@ -44,7 +45,7 @@ def _train(config: str, name: str, overrides: list[str], steps: int, out: pathli
   proc = subprocess.run(cmd, cwd=_REPO, capture_output=True, text=True, check=False,
                         env=dict(os.environ, JAX_PLATFORMS=os.environ.get("JAX_PLATFORMS", "cpu")))
   if proc.returncode:
-    raise SystemExit(f"bench_step: {name} failed ({' '.join(cmd)}):\n{proc.stderr[-3000:]}")
+    raise SystemExit(f"{pathlib.Path(sys.argv[0]).stem}: {name} failed ({' '.join(cmd)}):\n{proc.stderr[-3000:]}")
   rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
   return [float(r["perf/step_time_seconds"]) for r in rows]
 
@@ -66,7 +67,7 @@ def main() -> None:
   with tempfile.TemporaryDirectory() as tmp:
     for round_ in range(args.rounds):
       for name in names:
-        times = _train(config, name, [*PRECISIONS[name], *args.overrides], args.steps, pathlib.Path(tmp))
+        times = train_step_times(config, name, [*PRECISIONS[name], *args.overrides], args.steps, pathlib.Path(tmp))
         medians[name].append(statistics.median(times[args.skip:]))
         print(f"  round {round_ + 1}: {name}: {medians[name][-1] * 1e3:.1f} ms", flush=True)
   rows = [{"precision": name, "median_step_s": min(m), "round_medians_s": m, "steps_timed": args.steps - args.skip}
