@@ -6,7 +6,7 @@ QUICKSTART_DIR := results/quickstart
 QUICKSTART_ARGS :=
 
 .DEFAULT_GOAL := help
-.PHONY: help setup test test-cpu test-te quickstart
+.PHONY: help setup test test-cpu test-fast test-te quickstart
 
 help: ## List the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-11s %s\n", $$1, $$2}'
@@ -16,8 +16,14 @@ setup: ## Create/refresh .venv with ./setup.sh (seconds when nothing changed).
 
 test: test-cpu test-te ## The CPU suite, then the TE group (what CI runs).
 
+# Both cores: pytest-xdist, a test file per worker (module fixtures such as a file's training runs stay on one).
+PYTEST := $(PY) -m pytest -q -n 2 --dist loadfile
+
 test-cpu: setup ## The CPU suite in .venv (everything but tests/te).
-	$(PY) -m pytest -q tests --ignore=tests/te
+	$(PYTEST) tests --ignore=tests/te
+
+test-fast: setup ## The inner loop: the CPU suite without the training subprocesses (`slow`).
+	$(PYTEST) -m "not slow" tests --ignore=tests/te
 
 test-te: ## Build .venv-gpu (./setup.sh --gpu; ~25 min once) and lower the TE backend to CUDA on CPU.
 	./setup.sh --gpu --venv $(GPU_VENV)

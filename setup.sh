@@ -6,7 +6,8 @@
 # Usage: ./setup.sh [--gpu] [--venv DIR]        (or VENV=DIR ./setup.sh ...; DIR relative to the current directory)
 #
 #   always:  requirements.txt, the CPU lock, with --no-deps.
-#   CPU:     requirements-tfds.txt (TensorFlow, for the TFDS test only) into DIR/tfds-site, off the training path.
+#   CPU:     requirements-tfds.txt (TensorFlow, for the TFDS test only) into DIR/tfds-site, off the training path;
+#            requirements-maxtext-0.2.4.txt (the oldest supported maxtext) into DIR/maxtext-0.2.4-site, likewise.
 #   --gpu:   requirements-tfds.txt into the venv itself (the cluster recipes read C4 through TFDS), then
 #            requirements-gpu.txt: CUDA 12 jax and TransformerEngine from wheels, and TE's JAX extension built from
 #            source against those wheels (no CUDA toolkit needed; ~11 min on 2 cores the first time, pip caches it).
@@ -66,7 +67,8 @@ find_python() {
   return 1
 }
 
-reqs=("$here/requirements.txt" "$here/requirements-tfds.txt" "$here/pyproject.toml")
+reqs=("$here/requirements.txt" "$here/requirements-tfds.txt" "$here/requirements-maxtext-0.2.4.txt"
+      "$here/pyproject.toml")
 (( gpu )) && reqs+=("$here/requirements-gpu.txt")
 stamp_value="$(cat "${reqs[@]}" | sha256sum | cut -d' ' -f1) gpu=$gpu"
 stamp="$venv/.setup-stamp"
@@ -135,6 +137,17 @@ elif [[ ! -f "$venv/tfds-site/.setup-stamp" || "$(cat "$venv/tfds-site/.setup-st
   rm -rf "$venv/tfds-site"
   "${pip[@]}" install -q --no-deps --target "$venv/tfds-site" -r "$here/requirements-tfds.txt"
   mkdir -p "$venv/tfds-site" && echo "$tfds_hash" > "$venv/tfds-site/.setup-stamp"
+fi
+if (( ! gpu )); then
+  # Beside the lock's maxtext, not over it: the suite reaches this folder through PYTHONPATH only.
+  old_site="$venv/maxtext-0.2.4-site"
+  old_hash="$(sha256sum < "$here/requirements-maxtext-0.2.4.txt" | cut -d' ' -f1)"
+  if [[ ! -f "$old_site/.setup-stamp" || "$(cat "$old_site/.setup-stamp")" != "$old_hash" ]]; then
+    echo "setup.sh: installing requirements-maxtext-0.2.4.txt into $name/maxtext-0.2.4-site (the oldest supported maxtext)"
+    rm -rf "$old_site"
+    "${pip[@]}" install -q --no-deps --target "$old_site" -r "$here/requirements-maxtext-0.2.4.txt"
+    mkdir -p "$old_site" && echo "$old_hash" > "$old_site/.setup-stamp"
+  fi
 fi
 
 echo "setup.sh: installing this project into $name (pip install --no-deps -e .)"

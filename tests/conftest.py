@@ -1,22 +1,17 @@
 # Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
 
-"""Shared pytest setup: repository paths, the GPU gate, and a helper that runs an entry point in a subprocess."""
+"""Shared pytest setup: the GPU gate, progress lines for slow tests, and the shared fixtures (helpers in helpers.py)."""
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import os
 import pathlib
-import subprocess
 import sys
 import time
 
 import pytest
 
-REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
-CONFIGS_DIR = REPO_ROOT / "configs"
-TINY_YML = CONFIGS_DIR / "tiny.yml"
+from tests import helpers
 
 
 def _has_gpu() -> bool:
@@ -58,20 +53,17 @@ def pytest_runtest_logstart(nodeid: str, location: tuple) -> None:
   This hook runs outside output capture, so the line reaches the terminal at once.
   """
   del location
-  if nodeid in _SLOW and _REPORTER:
-    elapsed = (time.monotonic() - _SESSION_START) / 60
-    # A line of its own: in -q mode the reporter does not know whether a row of dots is open, so always break it.
-    _REPORTER[0].write_line(f"\n[test {_SLOW[nodeid]}, {elapsed:.1f} min in] slow, running: {nodeid}")
-
-
-@dataclasses.dataclass(frozen=True)
-class Run:
-  """A finished subprocess: exit status, captured streams, wall time in seconds."""
-
-  returncode: int
-  stdout: str
-  stderr: str
-  seconds: float
+  if nodeid not in _SLOW:
+    return
+  elapsed = (time.monotonic() - _SESSION_START) / 60
+  worker = os.environ.get("PYTEST_XDIST_WORKER")
+  # A line of its own: in -q mode the reporter does not know whether a row of dots is open, so always break it.
+  line = f"\n[test {_SLOW[nodeid]}{f' on {worker}' if worker else ''}, {elapsed:.1f} min in] slow, running: {nodeid}"
+  if worker:  # pytest-xdist: a worker's terminal reporter is not shown, its stderr is
+    sys.__stderr__.write(line + "\n")
+    sys.__stderr__.flush()
+  elif _REPORTER:
+    _REPORTER[0].write_line(line)
 
 
 @pytest.fixture(scope="session")
@@ -80,43 +72,25 @@ def jax_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
   return tmp_path_factory.mktemp("jax_cache")
 
 
-def read_losses(metrics_file: pathlib.Path) -> list[float]:
-  """The per-step `learning/loss` values of a maxtext `metrics_file` (one JSON object per line), from step 0."""
-  rows = [json.loads(line) for line in metrics_file.read_text(encoding="utf-8").splitlines() if line.strip()]
-  assert [int(r["step"]) for r in rows] == list(range(len(rows))), rows
-  return [float(r["learning/loss"]) for r in rows]
+@pytest.fixture()
+def load_config():
+  """Returns `load(yml=tiny.yml, *overrides)`: maxtext's pyconfig.initialize with the plugin registered."""
+  return helpers.load_config
 
 
-def train_cli(
-    overrides: list[str],
-    jax_cache_dir: pathlib.Path,
-    as_file: bool = False,
-    timeout: float = 300,
-    env: dict[str, str] | None = None,
-) -> Run:
-  """Runs the training CLI on configs/tiny.yml, on CPU, in a subprocess.
+@pytest.fixture()
+def blackwell(monkeypatch: pytest.MonkeyPatch):
+  """The backend probe answers as a Blackwell node with TE (4 GPUs) for this test; returns `set(env)` to change it."""
+  from MaxText.backends import environment  # pylint: disable=import-outside-toplevel
 
-  `as_file` runs `python MaxText/train.py` (the historic form) instead of `python -m MaxText.train`; `env`
-  adds environment variables (e.g. XLA_FLAGS for simulated devices).
-  """
-  entry = ["MaxText/train.py"] if as_file else ["-m", "MaxText.train"]
-  args = [*entry, str(TINY_YML.relative_to(REPO_ROOT)), f"jax_cache_dir={jax_cache_dir}", *overrides]
-  start = time.monotonic()
-  proc = subprocess.run(
-      [sys.executable, *args],
-      cwd=REPO_ROOT,
-      env=dict(os.environ, JAX_PLATFORMS="cpu", **(env or {})),
-      capture_output=True,
-      text=True,
-      timeout=timeout,
-      check=False,
-  )
-  seconds = time.monotonic() - start
-  print(f"[{seconds:.1f}s] python {' '.join(args)}")
-  return Run(proc.returncode, proc.stdout, proc.stderr, seconds)
+  def answer(env=None) -> None:
+    monkeypatch.setattr(environment, "probe_environment", lambda: env or helpers.blackwell_environment(4))
+
+  answer()
+  return answer
 
 
 @pytest.fixture()
 def run_train(jax_cache_dir: pathlib.Path):
   """Returns `run(overrides, as_file=False, timeout=300) -> Run`: `train_cli` with this session's jax cache."""
-  return lambda overrides, as_file=False, timeout=300: train_cli(overrides, jax_cache_dir, as_file, timeout)
+  return lambda overrides, as_file=False, timeout=300: helpers.train_cli(overrides, jax_cache_dir, as_file, timeout)

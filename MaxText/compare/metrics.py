@@ -167,7 +167,8 @@ def read_tensorboard(event_files: list[Path], name: str, run_dir: Path | None = 
     ValueError: tensorboardX is not installed.
   """
   try:
-    from tensorboardX.proto import event_pb2  # pylint: disable=import-outside-toplevel
+    # pylint: disable-next=import-outside-toplevel  # import cost: protobuf, only where events are read
+    from tensorboardX.proto import event_pb2
   except ImportError as e:
     raise ValueError("reading TensorBoard events needs tensorboardX (in requirements.txt); pass the run's JSONL") from e
   by_step: dict[int, dict] = {}

@@ -56,6 +56,11 @@ def _baseline_first(report: Report) -> list[RunSummary]:
   return sorted(report.runs, key=lambda r: r.name != report.baseline)  # baseline first, then input order
 
 
+def _markdown_table(header: str, rows: list[list[str]]) -> str:
+  """`header` (its column and alignment lines) followed by one `| a | b |` line per row."""
+  return header + "\n".join("| " + " | ".join(row) + " |" for row in rows) + "\n"
+
+
 def loss_table(report: Report) -> str:
   """One row per run: the eval-loss gap at the last common eval beside the training gaps, step-0 diff, verdict."""
   by_candidate = {c.candidate: c for c in report.comparisons}
@@ -71,19 +76,17 @@ def loss_table(report: Report) -> str:
       status = "baseline" + (f", diverged at step {run.first_nonfinite_step}" if run.diverged else "")
       evals = {x.final_eval_baseline_loss for x in report.comparisons if x.final_eval_baseline_loss is not None}
       eval_note = f"eval loss {min(evals):.3f}" if len(evals) == 1 else "—"
-      rows.append(f"| {run.name} | {status} | {run.num_steps} | {eval_note} |" + " — |" * 7)
+      rows.append([run.name, status, str(run.num_steps), eval_note] + ["—"] * 7)
       continue
     gap = c.loss_gap
     step0 = "n/a" if c.step0.abs_diff is None else f"{c.step0.abs_diff:.4f}"
     step0 += "" if c.step0.abs_diff is None or c.step0.within_tolerance else " (!)"
     rel = None if c.final_eval_gap_rel is None else 100 * c.final_eval_gap_rel
     max_gap = "n/a" if gap is None else f"{gap.max_nats:+.4f} ({gap.max_step})"
-    rows.append(
-        f"| {run.name} | {_status_note(c)} | {c.common_steps} | {_fmt(c.final_eval_gap_nats, '+.4f')} "
-        f"| {_fmt(rel, '+.2f')} | {_fmt(c.final_eval_step, 'd')} | {_fmt(gap and gap.final_smoothed_nats, '+.4f')} "
-        f"| {_fmt(gap and gap.mean_nats, '+.4f')} | {max_gap} | {step0} | **{c.verdict.level.value}** |"
-    )
-  return header + "\n".join(rows) + "\n"
+    rows.append([run.name, _status_note(c), str(c.common_steps), _fmt(c.final_eval_gap_nats, "+.4f"),
+                 _fmt(rel, "+.2f"), _fmt(c.final_eval_step, "d"), _fmt(gap and gap.final_smoothed_nats, "+.4f"),
+                 _fmt(gap and gap.mean_nats, "+.4f"), max_gap, step0, f"**{c.verdict.level.value}**"])
+  return _markdown_table(header, rows)
 
 
 def _gemm_note(run: RunSummary) -> str:
@@ -112,12 +115,10 @@ def speed_table(report: Report) -> str:
     speedup = "—" if c is None else ("withheld" if c.speedup_withheld else _fmt(c.speedup, ".2f"))
     load = "n/a" if run.machine is None else _fmt(run.machine.other_cores, ".2f")
     quant = "n/a" if run.quantization is None else (run.quantization or "none")
-    rows.append(
-        f"| {run.name} | {quant} | {_gemm_note(run)} | {_fmt(run.median_step_time_s, '.4f')} "
-        f"| {_fmt(run.step_time_p90_over_p50, '.2f')} | {_fmt(run.median_tflops_per_sec_per_device, '.3f')} "
-        f"| {_fmt(run.median_tokens_per_sec_per_device, '.1f')} | {cost} | {speedup} | {load} |"
-    )
-  return header + "\n".join(rows) + "\n"
+    rows.append([run.name, quant, _gemm_note(run), _fmt(run.median_step_time_s, ".4f"),
+                 _fmt(run.step_time_p90_over_p50, ".2f"), _fmt(run.median_tflops_per_sec_per_device, ".3f"),
+                 _fmt(run.median_tokens_per_sec_per_device, ".1f"), cost, speedup, load])
+  return _markdown_table(header, rows)
 
 
 def verdict_lines(report: Report) -> str:

@@ -37,6 +37,12 @@ E2M1 = jnp.float4_e2m1fn
 E4M3 = jnp.float8_e4m3fn
 
 
+def next_multiple(value: int, multiple: int = BLOCK_SIZE) -> int:
+  """The smallest multiple of `multiple` (default: the NVFP4 block) that is >= value: padding to whole blocks, and
+  the nearest fitting size an error message suggests."""
+  return -(-value // multiple) * multiple
+
+
 def fmin_flt_max(v: jnp.ndarray) -> jnp.ndarray:
   """CUDA's fminf(v, FLT_MAX): clamps +inf to FLT_MAX and, like fminf, turns NaN into FLT_MAX.
 

@@ -20,6 +20,8 @@ gradients back) = `_matmul_fwd` + `_matmul_bwd`.
 
 import dataclasses
 import functools
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -112,6 +114,18 @@ class _Layout:
 _Residuals = tuple[BlockScaled, BlockScaled, jax.Array | None]
 
 
+def select_bf16(flag: jax.Array | None, bf16: Callable[..., Any], nvfp4: Callable[..., Any], *operands: Any) -> Any:
+  """`nvfp4(*operands)`, or `bf16(*operands)` where the traced bool `flag` is true.
+
+  The one form of every BF16 fallback (BF16 layers, the late switch, the forward-only switch, on every backend):
+  `jax.lax.cond`, not a select, so only one branch runs per step while both are compiled once into one program;
+  `flag=None` (no switch applies) traces no conditional at all.
+  """
+  if flag is None:
+    return nvfp4(*operands)
+  return jax.lax.cond(flag, bf16, nvfp4, *operands)
+
+
 def _fprop_nvfp4(x: jax.Array, wq_dgrad: BlockScaled, w: jax.Array, recipe: GemmRecipe) -> jax.Array:
   """y = x . W on NVFP4 operands: x 1D along K; W the dgrad copy's 2D tiles, or 1D along K."""
   xq = _quantized(x, Scaling.ONE_D)  # (M, K) along K
@@ -131,13 +145,8 @@ def _matmul_fwd(
   """
   x, w = layout.matrices(lhs, rhs)
   wq_dgrad = _quantized(w, Scaling.TWO_D if recipe.weight_2d else Scaling.ONE_D)  # (K, N): along N
-  if forward_bf16 is None:
-    y = _fprop_nvfp4(x, wq_dgrad, w, recipe).reshape(layout.out_shape)
-  else:
-    y = jax.lax.cond(
-        forward_bf16,
-        lambda: jax.lax.dot_general(lhs, rhs, layout.dimension_numbers).astype(lhs.dtype),
-        lambda: _fprop_nvfp4(x, wq_dgrad, w, recipe).reshape(layout.out_shape))
+  y = select_bf16(forward_bf16, lambda: jax.lax.dot_general(lhs, rhs, layout.dimension_numbers).astype(lhs.dtype),
+                  lambda: _fprop_nvfp4(x, wq_dgrad, w, recipe).reshape(layout.out_shape))
   xq_wgrad = _quantized(x, Scaling.ONE_D, rht=recipe.rht, axis=0)  # x^T along M: (M, K) blocked along axis 0
   return y, (checkpoint_name(xq_wgrad, QUANTIZATION_NAME), checkpoint_name(wq_dgrad, QUANTIZATION_NAME), key)
 

@@ -32,7 +32,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from MaxText.nvfp4.formats import BLOCK_SIZE
+from MaxText.nvfp4.formats import BLOCK_SIZE, next_multiple
 from MaxText.nvfp4.gemm import GemmRecipe, nvfp4_dot_general
 
 __all__ = ["batched_expert_matmul", "grouped_matmul", "group_capacity"]
@@ -43,7 +43,7 @@ _NN = (((1,), (0,)), ((), ()))
 
 def group_capacity(rows: int) -> int:
   """Rows of each expert's slab: every row could go to one expert, rounded up to NVFP4's 16-row block."""
-  return -(-rows // BLOCK_SIZE) * BLOCK_SIZE
+  return next_multiple(rows, BLOCK_SIZE)
 
 
 def _expert_keys(key: jax.Array | None, experts: int) -> jax.Array | None:

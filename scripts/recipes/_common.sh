@@ -21,10 +21,37 @@ NODE_RANK="${NODE_RANK:-${SLURM_PROCID:-0}}"
 
 dry_run=0
 force=0
+model="llama3_8b"
+out=""
+nsys=0
+extra=()
 
 die() {
   echo "$(basename "$0"): $*" >&2
   exit 2
+}
+
+# Parses the options both scripts take (--model --steps --out --nsys --dry-run --force --help, and `-- key=value`
+# overrides into `extra`). An option it does not know goes to the script's own `script_option NAME VALUE`, which
+# sets its variable and `taken` (how many words it used: 2 for an option with a value, 0 when it does not know it).
+parse_args() {
+  while (( $# )); do
+    case "$1" in
+      --model) model="${2:?--model needs a value}"; shift 2 ;;
+      --steps) steps="${2:?--steps needs a value}"; shift 2 ;;
+      --out) out="${2:?--out needs a value}"; shift 2 ;;
+      --nsys) nsys=1; shift ;;
+      --dry-run) dry_run=1; shift ;;
+      --force) force=1; shift ;;
+      -h|--help) usage; exit 0 ;;
+      --) shift; extra=("$@"); break ;;
+      *)
+        taken=0
+        script_option "$1" "${2:-}"
+        (( taken )) || die "unknown argument '$1' (see --help)"
+        shift "$taken" ;;
+    esac
+  done
 }
 
 # Prints a command line shell-quoted (what --dry-run shows), then runs it unless --dry-run.

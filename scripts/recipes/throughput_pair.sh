@@ -21,26 +21,14 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/_common.sh"
 
-model="llama3_8b"
 steps=50
-out=""
 perf_start=10
-nsys=0
-extra=()
-while (( $# )); do
+script_option() {
   case "$1" in
-    --model) model="${2:?--model needs a value}"; shift 2 ;;
-    --steps) steps="${2:?--steps needs a value}"; shift 2 ;;
-    --out) out="${2:?--out needs a value}"; shift 2 ;;
-    --perf-start-step) perf_start="${2:?--perf-start-step needs a value}"; shift 2 ;;
-    --nsys) nsys=1; shift ;;
-    --dry-run) dry_run=1; shift ;;
-    --force) force=1; shift ;;
-    -h|--help) usage; exit 0 ;;
-    --) shift; extra=("$@"); break ;;
-    *) die "unknown argument '$1' (see --help)" ;;
+    --perf-start-step) perf_start="${2:?--perf-start-step needs a value}"; taken=2 ;;
   esac
-done
+}
+parse_args "$@"
 check_model "$model"
 check_hardware
 check_positive_int --steps "$steps"

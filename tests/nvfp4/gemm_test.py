@@ -245,3 +245,15 @@ def test_non_finite_operand_gives_non_finite_outputs(recipe, bad, where):
     assert not np.any(np.isfinite(np.asarray(y, np.float32)[17]))  # the row that read it, as in bf16
   clean = {"x": dx, "w": dw, "dy": y}[where]  # the one output that never reads the bad operand
   assert np.all(np.isfinite(np.asarray(clean, np.float32)))
+
+
+def test_stochastic_rounding_decides_each_block_of_dy_on_its_own():
+  """One key, 32 identical rows of dY (each row its own dgrad blocks): the rounding differs from row to row, so the
+  rows of dx = SR(dY) . W^T differ (not one rounding pattern repeated per block position)."""
+  x = jnp.ones((32, 64), jnp.bfloat16)
+  w = jax.random.normal(jax.random.key(1), (64, 48), jnp.float32)
+  dy = jnp.broadcast_to(jnp.linspace(0.3, 5.7, 48, dtype=jnp.float32), (32, 48)).astype(jnp.bfloat16)
+  _, pullback = jax.vjp(lambda a, b: nvfp4_dot_general(a, b, (((1,), (0,)), ((), ())), key=jax.random.key(5),
+                                                       recipe=GemmRecipe()), x, w)
+  dx, _ = pullback(dy)
+  assert len({tuple(r) for r in np.asarray(dx, np.float32)}) > 16

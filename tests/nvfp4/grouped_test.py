@@ -148,3 +148,17 @@ def test_group_sizes_must_match_experts():
   x, w, _ = _operands()
   with pytest.raises(ValueError, match="group_sizes"):
     grouped_matmul(x, w, jnp.array([1, 2], jnp.int32), key=None)
+
+
+def test_stochastic_rounding_decides_each_expert_and_each_block_on_its_own():
+  """One key: two experts with the same weights fed the same tokens and output gradients round dY differently
+  (keys split per expert), and so do identical rows within one expert (bits per element): their dgrads differ."""
+  rows, experts = 32, 2
+  w = jnp.broadcast_to(jax.random.normal(jax.random.key(1), (1, K, N), jnp.float32), (experts, K, N))
+  x = jnp.ones((rows, K), jnp.bfloat16)
+  dy = jnp.broadcast_to(jnp.linspace(0.3, 5.7, N, dtype=jnp.float32), (rows, N)).astype(jnp.bfloat16)
+  sizes = jnp.array([rows // 2, rows // 2], jnp.int32)  # rows 0-15 to expert 0, rows 16-31 to expert 1
+  _, dx, _ = _vjp(lambda x, w: grouped_matmul(x, w, sizes, key=_KEY, recipe=GemmRecipe(rht=False)), x, w, dy)
+  dx = np.asarray(dx, np.float32)
+  assert not np.array_equal(dx[:16], dx[16:])  # expert 0 vs expert 1, the same inputs
+  assert len({tuple(r) for r in dx[:16]}) > 8  # identical rows of one expert

@@ -323,3 +323,19 @@ def test_block_scaled_makes_a_non_finite_block_nan(kw, bad):
   mask = np.ones(values.shape, bool)
   mask[rows, cols] = False
   assert np.all(np.isfinite(values[mask]))
+
+
+@pytest.mark.parametrize("axis", [-1, 0])
+def test_stochastic_rounding_decides_each_block_on_its_own(axis):
+  """Blocks with identical inputs get different rounding decisions under one key (independent random bits per
+  element, not per position in a block): 64 identical blocks of values halfway between grid points."""
+  from MaxText.nvfp4.quantize import quantize_block_scaled  # pylint: disable=import-outside-toplevel
+
+  block = jnp.linspace(0.3, 5.7, 16, dtype=jnp.float32)  # amax 5.7 -> scale ~1: most values between grid points
+  x = jnp.tile(block, (64, 1))  # (64, 16): 64 identical blocks along the last axis
+  if axis == 0:
+    x = x.T  # 64 identical blocks along axis 0
+  values, _ = quantize_block_scaled(x, "1d", stochastic_rounding=True, key=jax.random.key(3), axis=axis)
+  blocks = np.asarray(values.astype(jnp.float32) if axis == -1 else values.T.astype(jnp.float32))
+  distinct = {tuple(row) for row in blocks}
+  assert len(distinct) > 32, f"{len(distinct)} distinct roundings of 64 identical blocks"

@@ -90,13 +90,10 @@ def lower_cuda(fn: Any, *args: Any, **kwargs: Any) -> str:
 
 
 def load_config(config_path: pathlib.Path | str, overrides: Sequence[str]) -> Any:
-  """maxtext's config through the plugin's config class (MaxText.register())."""
-  from MaxText.plugin import register  # pylint: disable=import-outside-toplevel
+  """maxtext's config through the plugin's config class (the suite's one loader, tests/helpers.py)."""
+  from tests import helpers  # pylint: disable=import-outside-toplevel
 
-  register()
-  from maxtext.configs import pyconfig  # pylint: disable=import-outside-toplevel
-
-  return pyconfig.initialize(["", str(config_path), *overrides])
+  return helpers.load_config(config_path, *overrides)
 
 
 def lower_train_step(config: Any, log: Any = print) -> str:
@@ -126,3 +123,44 @@ def lower_train_step(config: Any, log: Any = print) -> str:
   text = lowered.as_text(debug_info=True)
   log(f"  lowered the train step for CUDA on {len(devices)} CPU device(s) in {time.perf_counter() - start:.1f} s")
   return text
+
+
+def _definitions(lines: list[str]) -> dict[str, str]:
+  """SSA value name (e.g. "%61"; "%44#0" is looked up as "%44") -> what defines it, in one function's lines."""
+  defs = {}
+  for line in lines:
+    match = re.match(r"\s*(%[\w]+)(?::\d+)? = (.*)$", line)
+    if match:
+      defs[match.group(1)] = match.group(2)
+  return defs
+
+
+def guard_inputs(text: str, result_type: str) -> list[set[str]]:
+  """For each guard select (a call of a `where` helper) producing `result_type` (e.g. "tensor<128x256xbf16>"): the
+  types of the tensors whose max|.| is_finite feeds its predicate (through `stablehlo.and`s).
+
+  Why: the non-finite guard is `where(ok, out, NaN)` with ok = is_finite(max|a|) & is_finite(max|b|); this reads
+  which operands' checks actually reach each output in the lowered program.
+  """
+  def finite_sources(defs: dict[str, str], name: str, depth: int = 0) -> set[str]:
+    line = defs.get(name.split("#")[0], "")
+    if depth > 8:
+      return set()
+    if line.startswith("stablehlo.and "):
+      operands = re.findall(r"%[\w#]+", line.split(":")[0])
+      return set().union(*(finite_sources(defs, o, depth + 1) for o in operands))
+    if line.startswith("stablehlo.is_finite "):
+      reduced = defs.get(re.findall(r"%[\w#]+", line)[0].split("#")[0], "")
+      match = re.search(r"applies stablehlo\.maximum .*: \((tensor<[^>]+>)", reduced)
+      return {match.group(1)} if match else set()
+    return set()
+
+  found = []
+  for function in text.split("func.func")[1:]:  # SSA names are per function
+    lines = function.splitlines()
+    defs = _definitions(lines)
+    for line in lines:
+      match = re.search(r"= call @_where\w*\((%[\w#]+), .*-> " + re.escape(result_type), line)
+      if match:
+        found.append(finite_sources(defs, match.group(1)))
+  return found

@@ -25,8 +25,8 @@ def _lower_gemm(te, recipe, precision="nvfp4", nonfinite_check=True) -> str:
   import jax  # pylint: disable=import-outside-toplevel
   import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
 
-  from MaxText import te_backend  # pylint: disable=import-outside-toplevel
-  from MaxText.policy import Precision  # pylint: disable=import-outside-toplevel
+  from MaxText.backends import te as te_backend  # pylint: disable=import-outside-toplevel
+  from MaxText.precision.policy import Precision  # pylint: disable=import-outside-toplevel
 
   del te  # imported through the shims by the fixture
   module = te_backend.dot_general_cls(Precision(precision), recipe, nonfinite_check)()
@@ -88,7 +88,7 @@ def test_1d_weights_with_rht_lower_with_a_plain_kernel_quantizer(te):
   from transformer_engine.jax.flax.module import TransformerEngineBase  # pylint: disable=import-outside-toplevel
 
   from MaxText.nvfp4.gemm import GemmRecipe  # pylint: disable=import-outside-toplevel
-  from MaxText.te_backend import nvfp4_recipe_kwargs  # pylint: disable=import-outside-toplevel
+  from MaxText.backends.te import nvfp4_recipe_kwargs  # pylint: disable=import-outside-toplevel
 
   recipe = GemmRecipe(rht=True, stochastic_rounding=True, weight_2d=False)
 
@@ -125,11 +125,16 @@ def test_nonfinite_check_ops_sit_beside_te(te, check):
   text = _lower_gemm(te, GemmRecipe(), nonfinite_check=check)
   assert len(re.findall(r"stablehlo\.is_finite", text)) == (3 if check else 0)
   assert len(harness.te_calls(text)) == 8  # the TE calls themselves are the same either way
+  x, w, dy = "tensor<2x64x128xbf16>", "tensor<128x256xbf16>", "tensor<2x64x256xbf16>"
+  if check:  # each output selected on the checks of exactly the two operands that feed it
+    assert harness.guard_inputs(text, dy) == [{x, w}]  # y
+    assert harness.guard_inputs(text, x) == [{dy, w}]  # dx
+    assert harness.guard_inputs(text, w) == [{x, dy}]  # dW
 
 
 def test_backend_probe_uses_te_support_check(te):
-  """MaxText.backend asks TE's is_scaling_mode_supported(NVFP4): yes at SM 10.0, TE's own reason at SM 9.0."""
-  from MaxText import backend  # pylint: disable=import-outside-toplevel
+  """MaxText.backends.environment asks TE's is_scaling_mode_supported(NVFP4): yes at SM 10.0, TE's own reason at SM 9.0."""
+  from MaxText.backends import environment as backend  # pylint: disable=import-outside-toplevel
   from tests.te import shims  # pylint: disable=import-outside-toplevel
 
   del te
@@ -143,3 +148,31 @@ def test_backend_probe_uses_te_support_check(te):
   env = backend.Environment(te_error=None, gpu_capabilities=(10.0,), te_nvfp4_error=reason)
   with pytest.raises(ValueError, match="support check refuses NVFP4"):
     backend.resolve_backend("te", env)
+
+
+def test_te_module_serves_a_new_stochastic_rounding_key_each_step(te):
+  """TE draws its SR state from make_rng("sr_rng"): the TE module serves sr_key, so two steps with maxtext's same
+  rng but the carried call counter get different keys (a constant key would round dY the same way every step)."""
+  import flax.linen as nn  # pylint: disable=import-outside-toplevel
+  import jax  # pylint: disable=import-outside-toplevel
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+  import numpy as np  # pylint: disable=import-outside-toplevel
+
+  from MaxText.backends import te as te_backend  # pylint: disable=import-outside-toplevel
+  from MaxText.backends.sr import SR_COUNT_NAME  # pylint: disable=import-outside-toplevel
+  from MaxText.nvfp4.gemm import GemmRecipe  # pylint: disable=import-outside-toplevel
+  from MaxText.precision.policy import Precision  # pylint: disable=import-outside-toplevel
+
+  del te
+
+  class Probe(te_backend.dot_general_cls(Precision.NVFP4, GemmRecipe())):  # the TE module's make_rng, TE not run
+    @nn.compact
+    def __call__(self):  # pylint: disable=arguments-differ
+      return self.make_rng("sr_rng")  # once per forward, as TE asks (for the output-gradient quantizer)
+
+  aqt, keys = {SR_COUNT_NAME: jnp.uint32(1)}, []
+  for _ in range(3):  # three train steps: the same rng, the counter carried
+    key, state = Probe().apply({"aqt": aqt}, rngs={"dropout": jax.random.key(5)}, mutable=["aqt"])
+    keys.append(np.asarray(jax.random.key_data(key)))
+    aqt = state["aqt"]
+  assert len({k.tobytes() for k in keys}) == 3, keys

@@ -1,0 +1,8 @@
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
+"""The backends layer: the Linen modules and expert GEMMs that run a GEMM in the precision the policy chose.
+
+`environment` picks TE or the emulation for the machine; `emulated` and `te` are the dense GEMM modules,
+`dense` the one table from (precision, backend) to them, `experts` the routed-expert GEMMs; `sr` and `flags`
+are the traced per-call state they share (stochastic-rounding key, BF16 switch flags). Nothing here patches
+maxtext: the integration layer above hands these to maxtext's hooks.
+"""

@@ -1,0 +1,38 @@
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
+"""The one table from (precision, backend) to the Linen module that runs a dense GEMM, and its name in the plan."""
+
+from __future__ import annotations
+
+import functools
+
+import flax.linen as nn
+
+from MaxText.backends import te
+from MaxText.backends.emulated import Nvfp4DotGeneral, UnquantizedDotGeneral
+from MaxText.nvfp4.gemm import GemmRecipe
+from MaxText.precision.modes import Backend
+from MaxText.precision.policy import Precision
+from MaxText.precision.switches import Switches
+
+__all__ = ["implementation_name", "module_class"]
+
+
+def module_class(precision: Precision, backend: Backend, recipe: GemmRecipe,
+                 switches: Switches = Switches(), nonfinite_check: bool = True) -> type[nn.Module]:
+  """The Linen module class that runs one GEMM; `switches` (BF16 layers, late BF16 steps) apply to NVFP4 only."""
+  if precision is Precision.BF16:
+    return UnquantizedDotGeneral
+  if backend is Backend.TE:
+    return te.dot_general_cls(precision, recipe, nonfinite_check, switches)
+  if precision is Precision.NVFP4:
+    return functools.partial(Nvfp4DotGeneral, recipe=recipe, switches=switches)
+  return nn.Fp8DirectDotGeneralOp  # maxtext's own fp8 (delayed scaling), as quantization=fp8 uses
+
+
+def implementation_name(precision: Precision, backend: Backend) -> str:
+  """Human name of what module_class picks, for the precision plan."""
+  if precision is Precision.BF16:
+    return "lax.dot_general (unquantized)"
+  if backend is Backend.TE:
+    return te.implementation_name(precision)
+  return "MaxText.nvfp4 emulation" if precision is Precision.NVFP4 else "maxtext fp8 (flax Fp8DirectDotGeneralOp)"

@@ -1,0 +1,107 @@
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
+"""Chooses the NVFP4 backend: TransformerEngine on Blackwell, the pure-JAX emulation elsewhere.
+
+`auto` never falls back silently: the choice and its reason are logged in one line. `te` where TE cannot run
+is an error raised when the model is built, before anything compiles.
+"""
+
+import dataclasses
+import importlib
+import logging
+
+import jax
+
+from MaxText.precision.modes import Backend
+
+_LOG = logging.getLogger(__name__)
+_logged: set[str] = set()  # maxtext builds the model several times; say the choice once per process
+
+#: NVFP4 needs compute capability >= 10.0 (Blackwell); TE refuses Hopper (9.0) for NVFP4.
+MIN_COMPUTE_CAPABILITY = 10.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Environment:
+  """What the backend choice depends on: whether TE imports (and why not) and the local GPUs' capabilities."""
+
+  te_error: str | None  # None when transformer_engine.jax imports
+  gpu_capabilities: tuple[float, ...]  # one per local GPU; empty without GPUs
+  te_nvfp4_error: str | None = None  # TE's own reason when its support check refuses NVFP4 here
+
+  @property
+  def blackwell(self) -> bool:
+    return bool(self.gpu_capabilities) and min(self.gpu_capabilities) >= MIN_COMPUTE_CAPABILITY
+
+
+def te_nvfp4_support_error() -> str | None:
+  """TE's own verdict on NVFP4 here (transformer_engine.jax must import): None when supported, else its reason.
+
+  TE 2.20.2's `is_scaling_mode_supported(ScalingMode.NVFP4_1D_SCALING)` checks every local GPU for compute
+  capability >= 10.0, cuBLASLt >= 12.8 and CUDA >= 12.8 (and a recent enough jax): more than the capability
+  alone, which is all jax reports.
+  """
+  try:
+    # pylint: disable-next=import-outside-toplevel  # optional heavy dependency: TE, only where installed
+    from transformer_engine.jax.quantize import ScalingMode, is_scaling_mode_supported
+  except ImportError as e:  # a TE without this API: say so rather than guess
+    return f"this TransformerEngine has no is_scaling_mode_supported ({e}); TE 2.20.2 is the tested version"
+  supported, reason = is_scaling_mode_supported(ScalingMode.NVFP4_1D_SCALING)
+  return None if supported else (reason or "TransformerEngine reports NVFP4 unsupported")
+
+
+def probe_environment() -> Environment:
+  """Imports transformer_engine.jax (if installed), reads every local GPU's compute capability, and asks TE."""
+  try:
+    importlib.import_module("transformer_engine.jax")
+    te_error = None
+  except Exception as e:  # pylint: disable=broad-exception-caught  # ImportError, OSError, or TE's own init errors
+    te_error = f"{type(e).__name__}: {e}"
+  try:
+    gpus = jax.local_devices(backend="gpu")
+  except RuntimeError:  # no GPU backend in this jax
+    gpus = []
+  capabilities = tuple(float(getattr(d, "compute_capability", 0) or 0) for d in gpus)
+  te_nvfp4_error = None
+  if te_error is None and capabilities:
+    try:
+      te_nvfp4_error = te_nvfp4_support_error()
+    except Exception as e:  # pylint: disable=broad-exception-caught  # a failing query is a reason, not a crash
+      te_nvfp4_error = f"TransformerEngine's NVFP4 support check failed: {type(e).__name__}: {e}"
+  return Environment(te_error, capabilities, te_nvfp4_error)
+
+
+def _te_unavailable_reason(env: Environment) -> str | None:
+  if env.te_error is not None:
+    return f"transformer_engine.jax does not import ({env.te_error}); ./setup.sh --gpu installs it"
+  if not env.gpu_capabilities:
+    return "no GPU is visible to jax"
+  if not env.blackwell:
+    caps = ", ".join(f"{c:.1f}" for c in env.gpu_capabilities)
+    return f"NVFP4 needs compute capability >= {MIN_COMPUTE_CAPABILITY:.1f} (Blackwell) on every GPU; found {caps}"
+  if env.te_nvfp4_error:
+    return f"TransformerEngine's support check refuses NVFP4 here: {env.te_nvfp4_error}"
+  return None
+
+
+def resolve_backend(requested: Backend | str, env: Environment | None = None) -> Backend:
+  """Returns TE or EMULATED for the configured `nvfp4_backend`.
+
+  Raises:
+    ValueError: nvfp4_backend=te where TE cannot run (names the reason and the emulated alternative).
+  """
+  requested = Backend(requested)
+  if requested is Backend.EMULATED:
+    return Backend.EMULATED
+  env = env or probe_environment()
+  reason = _te_unavailable_reason(env)
+  if requested is Backend.TE:
+    if reason:
+      raise ValueError(f"nvfp4_backend=te cannot run here: {reason}. Use nvfp4_backend=emulated (pure JAX, any "
+                       "hardware) or nvfp4_backend=auto.")
+    return Backend.TE
+  chosen = Backend.EMULATED if reason else Backend.TE
+  line = f"nvfp4_backend=auto -> {chosen.value} ({reason or 'TransformerEngine imports and every GPU is Blackwell'})"
+  if line not in _logged:
+    _logged.add(line)
+    _LOG.warning(line)
+  return chosen

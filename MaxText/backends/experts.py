@@ -1,0 +1,252 @@
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
+"""NVFP4 routed-expert GEMMs (MoE): the implementation per backend and the state of one RoutedMoE call.
+
+maxtext 0.2.5 (layers/moe.py) runs the expert GEMMs (wi_0, wi_1 or the fused wi, wo) in one of two ways:
+  sparse_matmul=true   grouped matmuls over expert-sorted tokens: `mblx.gmm(...)` (megablox=true or
+                       use_tokamax_gmm=true) or `jax.lax.ragged_dot(...)` (megablox=false). The quant object is only
+                       read for `quant_dg` / `quantize_dtype` (megablox's own int8/fp8 quantization); ours has
+                       neither, so megablox never quantizes on its own.
+  sparse_matmul=false  einsums from `quant.einsum(mesh_axes=kernel_axes)`, applied through
+                       `quantizations.apply_einsum_in_nnx` ("BSM,EMH -> BSEH" dropless, "EBCM,EMH -> EBCH" with
+                       capacity); the same hook serves the dispatch/combine einsums, which stay unquantized.
+This module holds what runs there: `ExpertCall` (implementation, recipe, stochastic-rounding key and BF16 switches
+of the RoutedMoE call being traced, made current by `expert_call` from the integration layer's RoutedMoE hook),
+`grouped_gemm` (what the grouped matmuls become) and `expert_einsum` (what `quant.einsum` returns). The
+integration layer (MaxText.integration.moe) routes maxtext's calls here; nothing in this module patches anything.
+The router (GateLogit, a dot_general with axes ("embed", None)) and shared experts (DenseGenerals with MLP axes)
+go through the dense policy: router unquantized, shared experts by the MLP rule.
+
+TransformerEngine: TE 2.20.2's JAX grouped GEMM supports BF16, FP8 and MXFP8 only, so `expert_gemms(Backend.TE)`
+is None and the config validator requires nvfp4_moe_experts=bf16 with the TE backend. A TE release with an NVFP4
+grouped GEMM is adopted by returning its implementation from `_te_expert_gemms` (nothing else changes).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import dataclasses
+import itertools
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from MaxText.backends.environment import Environment, resolve_backend
+from MaxText.backends.flags import gemm_flags
+from MaxText.backends.sr import sr_key
+from MaxText.nvfp4 import grouped
+from MaxText.nvfp4.gemm import GemmRecipe, select_bf16
+from MaxText.precision.modes import Backend
+from MaxText.precision.policy import Precision
+from MaxText.precision.settings import Settings
+from MaxText.precision.switches import Switches
+
+__all__ = ["ExpertCall", "ExpertGemms", "ExpertState", "JAX_RAGGED_DOT", "TE_MISSING", "active_call", "config_error",
+           "expert_call", "expert_einsum", "expert_gemms", "expert_plan", "grouped_gemm", "is_expert_kernel"]
+
+#: `quant.einsum(mesh_axes=...)` serves two kinds of right-hand sides in RoutedMoE.dense_matmul: expert kernels,
+#: always 3-D (E, K, N) with axes such as ("exp", "embed_moe", "mlp_moe"), ("exp", None, "mlp") (capacity path),
+#: ("embed_moe", None, "mlp_moe") (fsdp), ("expert_only", "embed_moe", None) (batch split), and the dispatch/combine
+#: masks, 4-D or 5-D with "activation_*" axes.
+_MASK_AXIS_PREFIX = "activation"
+#: jax's own ragged_dot, for the unquantized branch: while an NVFP4 RoutedMoE call is traced the integration layer
+#: routes `jax.lax.ragged_dot` here, so the BF16 branch must not look the attribute up again.
+JAX_RAGGED_DOT = jax.lax.ragged_dot
+
+
+@dataclasses.dataclass(frozen=True)
+class ExpertGemms:
+  """One backend's expert GEMMs: grouped (ragged_dot layout) and batched (einsum layout); see nvfp4/grouped.py."""
+
+  name: str
+  grouped: Callable[..., jax.Array]  # (x, w, group_sizes, *, key, recipe) -> y
+  batched: Callable[..., jax.Array]  # (x, w, *, key, recipe) -> y[e]
+
+
+_EMULATED = ExpertGemms("MaxText.nvfp4.grouped emulation (per-expert amax)", grouped.grouped_matmul,
+                        grouped.batched_expert_matmul)
+#: Why the TE backend has no NVFP4 expert GEMMs (NVFP4_SPEC.md §8).
+TE_MISSING = ("TransformerEngine 2.20.2's JAX grouped GEMM supports BF16, FP8 and MXFP8 only (no NVFP4), and "
+              "maxtext's te_moe_block accepts te_mxfp8 or te_no_quant only")
+
+
+def _te_expert_gemms() -> ExpertGemms | None:
+  """TE's NVFP4 grouped GEMMs, the one place to adopt them: None while TE has none (TE_MISSING)."""
+  return None
+
+
+def expert_gemms(backend: Backend) -> ExpertGemms | None:
+  """The expert GEMM implementation of a backend, or None where the backend has no NVFP4 grouped GEMM."""
+  return _EMULATED if backend is Backend.EMULATED else _te_expert_gemms()
+
+
+def expert_plan(precision: Precision, backend: Backend) -> tuple[Precision, str]:
+  """(precision, implementation) of the routed-expert GEMMs, for the precision plan."""
+  if precision is not Precision.NVFP4:
+    return Precision.BF16, "maxtext RoutedMoE matmuls (unquantized, nvfp4_moe_experts=bf16 or MLP bf16)"
+  gemms = expert_gemms(backend)
+  return precision, (gemms.name if gemms else f"none: {TE_MISSING}")
+
+
+def config_error(config: Any, settings: Settings, env: Environment | None = None) -> str | None:
+  """Why this config cannot run NVFP4 routed experts (one line naming keys, values and what works), or None.
+
+  Checked when the config loads: routed experts (num_experts > 1) whose MLP precision asks for NVFP4. `config`
+  gives the model's MoE keys, `settings` the plugin's; `env` describes TE and the GPUs (probed when None) for
+  resolving nvfp4_backend=te/auto.
+  """
+  num_experts = int(getattr(config, "num_experts", 1) or 1)
+  if num_experts <= 1 or settings.experts is Precision.BF16:
+    return None
+  where = f"quantization={settings.quantization} with num_experts={num_experts}"
+  backend = settings.backend.value
+  if settings.backend is not Backend.EMULATED:
+    resolved = resolve_backend(backend, env)  # "te" where TE cannot run raises its own one-line error
+    if expert_gemms(resolved) is None:
+      return (f"{where} and nvfp4_backend={backend} (-> {resolved.value}): no NVFP4 expert GEMMs on this backend "
+              f"({TE_MISSING}). Set nvfp4_moe_experts=bf16 (experts BF16, dense GEMMs NVFP4) or "
+              "nvfp4_backend=emulated.")
+  unsupported = [(key, getattr(config, key, None), why) for key, why in (
+      ("ici_expert_parallelism", "expert parallelism"), ("dcn_expert_parallelism", "expert parallelism"),
+      ("num_moe_emb_chunks", "chunked expert GEMMs"), ("use_ring_of_experts", "ring of experts"),
+      ("te_moe_block", "TE's MoE block")) if (getattr(config, key, 0) or 0) not in (0, 1, False)]
+  if unsupported:
+    key, value, why = unsupported[0]
+    return (f"{where}: {key}={value} ({why}) is not supported with NVFP4 experts. Unset it, or set "
+            "nvfp4_moe_experts=bf16.")
+  for key in ("emb_dim", "moe_mlp_dim"):
+    size = int(getattr(config, key, 0) or 0)
+    if size % 16:
+      return (f"{where}: {key}={size} is not a multiple of 16 (NVFP4 blocks every expert GEMM dim by 16). Use a "
+              "multiple of 16, or nvfp4_moe_experts=bf16.")
+  return None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The expert GEMMs of one RoutedMoE call.
+
+
+@dataclasses.dataclass
+class ExpertCall:
+  """What the GEMMs of the RoutedMoE call being traced need: implementation, recipe, key, the BF16 switches
+  (traced bools or None, flags.gemm_flags) and a call counter."""
+
+  gemms: ExpertGemms
+  recipe: GemmRecipe
+  key: jax.Array | None
+  all_bf16: jax.Array | None
+  forward_bf16: jax.Array | None
+  calls: Any = dataclasses.field(default_factory=itertools.count)
+  gemms_run: int = 0  # expert GEMMs that went through the hooks in this call
+
+  def next_key(self) -> jax.Array | None:
+    """A distinct key per expert GEMM of the layer (wi_0, wi_1, wo, in call order)."""
+    return None if self.key is None else jax.random.fold_in(self.key, next(self.calls))
+
+  def run(self, nvfp4: Callable[..., jax.Array], bf16: Callable[..., jax.Array], *operands: jax.Array) -> jax.Array:
+    """One expert GEMM: counted, keyed, and NVFP4 or (BF16 layer / past nvfp4_bf16_from_step) unquantized.
+
+    `nvfp4(*operands, key=, recipe=, forward_bf16=)` is the NVFP4 GEMM, `bf16(*operands)` the unquantized one.
+    """
+    self.gemms_run += 1
+    key = self.next_key()
+    forward_bf16 = False if self.forward_bf16 is None else self.forward_bf16
+
+    def quantized(*ops):
+      return nvfp4(*ops, key=key, recipe=self.recipe, forward_bf16=forward_bf16)
+
+    return select_bf16(self.all_bf16, bf16, quantized, *operands)
+
+
+_ACTIVE: contextvars.ContextVar[ExpertCall | None] = contextvars.ContextVar("nvfp4_expert_call", default=None)
+
+
+def active_call() -> ExpertCall | None:
+  """The NVFP4 RoutedMoE call being traced in this context, or None outside one."""
+  return _ACTIVE.get()
+
+
+@contextlib.contextmanager
+def expert_call(call: ExpertCall) -> Iterator[ExpertCall]:
+  """Makes `call` current while one RoutedMoE call is traced (synchronously; thread-safe, nothing global)."""
+  token = _ACTIVE.set(call)
+  try:
+    yield call
+  finally:
+    _ACTIVE.reset(token)
+
+
+class ExpertState(nn.Module):
+  """A RoutedMoE layer's NVFP4 expert state, bridged into NNX by the integration layer: the stochastic-rounding
+  key (sr.sr_key: rng stream plus a checkpointed call counter) and the BF16 switches (flags.gemm_flags: this
+  layer's decoder index, written after model build, and the training step), as (key or None, all_bf16,
+  forward_bf16)."""
+
+  stochastic_rounding: bool
+  switches: Switches
+
+  @nn.compact
+  def __call__(self) -> tuple[jax.Array | None, jax.Array | None, jax.Array | None]:
+    key = sr_key(self) if self.stochastic_rounding else None
+    return (key, *gemm_flags(self, self.switches))
+
+
+def grouped_gemm(call: ExpertCall, lhs: jax.Array, rhs: jax.Array, group_sizes: jax.Array,
+                 preferred_element_type: Any) -> jax.Array:
+  """`ragged_dot(lhs, rhs, group_sizes)` as the NVFP4 expert GEMMs of `call` (or unquantized where it says)."""
+
+  def bf16(lhs, rhs, group_sizes):
+    return JAX_RAGGED_DOT(lhs, rhs, group_sizes, preferred_element_type=lhs.dtype)
+
+  return call.run(call.gemms.grouped, bf16, lhs, rhs, group_sizes).astype(preferred_element_type or lhs.dtype)
+
+
+def is_expert_kernel(mesh_axes: tuple[str | None, ...]) -> bool:
+  """Whether `quant.einsum(mesh_axes=...)` is asked for an expert-weight einsum (not a dispatch/combine mask)."""
+  return len(mesh_axes) == 3 and not any(str(a).startswith(_MASK_AXIS_PREFIX) for a in mesh_axes if a)
+
+
+def expert_einsum(mesh_axes: tuple[str | None, ...]) -> Callable[..., jax.Array]:
+  """What `Nvfp4Quantization.einsum(mesh_axes=...)` returns: NVFP4 for expert kernels, jnp.einsum otherwise."""
+  return _einsum if is_expert_kernel(mesh_axes) else _routing_einsum
+
+
+def _routing_einsum(equation: str, lhs: jax.Array, rhs: jax.Array, **kwargs: Any) -> jax.Array:
+  """Dispatch/combine (routing masks, not weights) stay unquantized; a 3-D right-hand side here would be an expert
+  weight that `is_expert_kernel` missed, which must fail rather than train unquantized."""
+  if rhs.ndim == 3:
+    raise NotImplementedError(f"NVFP4 experts: einsum {equation!r} with a 3-D right-hand side {rhs.shape} came with "
+                              "mask axes; an expert weight would run unquantized. Set nvfp4_moe_experts=bf16.")
+  return jnp.einsum(equation, lhs, rhs, **kwargs)
+
+
+def _einsum(equation: str, lhs: jax.Array, rhs: jax.Array, **kwargs: Any) -> jax.Array:
+  """An expert einsum "<lhs>,<e k n> -> <out>" (maxtext's: BSM,EMH->BSEH; EBCM,EMH->EBCH; EBNCH,EHM->EBNCM ...).
+
+  lhs carries the contracting label k and either the expert label e (tokens per expert) or not (the same tokens
+  for every expert); every other lhs label is a token axis, flattened into the GEMM's rows.
+  """
+  del kwargs  # precision: NVFP4 fixes it
+  call = active_call()
+  if call is None:
+    raise NotImplementedError(f"NVFP4 expert einsum {equation!r} outside a RoutedMoE call.")
+  inputs, out = equation.replace(" ", "").split("->")
+  lhs_labels, rhs_labels = inputs.split(",")
+  e, k, n = rhs_labels
+  if k not in lhs_labels or n in lhs_labels or e not in out or n not in out:
+    raise NotImplementedError(f"NVFP4 expert einsum {equation!r}: expected '<tokens..>k,ekn-><..>'.")
+  tokens = "".join(c for c in lhs_labels if c not in (e, k))
+  lead = e if e in lhs_labels else ""
+  x = jnp.einsum(f"{lhs_labels}->{lead}{tokens}{k}", lhs)
+  token_shape = x.shape[len(lead):-1]
+  x = x.reshape(*x.shape[:len(lead)], -1, x.shape[-1])
+
+  def bf16(x, rhs):
+    return jnp.einsum(f"{'e' if lead else ''}tk,ekn->etn", x, rhs).astype(x.dtype)
+
+  y = call.run(call.gemms.batched, bf16, x, rhs)  # (E, T, N)
+  y = y.reshape(y.shape[0], *token_shape, y.shape[-1])
+  return jnp.einsum(f"{e}{tokens}{n}->{out}", y)

@@ -1,0 +1,172 @@
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
+"""The TransformerEngine backend: TE's NVFP4 (and FP8 current scaling) dense GEMMs as DenseGeneral modules.
+
+Real code for TE 2.20.2 (transformer_engine.jax): `transformer_engine.jax.dense.dense` with a quantizer set
+built from `NVFP4BlockScaling(disable_rht=..., disable_stochastic_rounding=..., disable_2d_quantization=...)`
+or `Float8CurrentScaling()`, as TE's own `make_dot_general_cls` does, plus what maxtext's TE wrapper leaves
+out: inputs cast to bf16 (TE's RHT kernel takes bf16 only) and a per-step stochastic-rounding key.
+Two things TE 2.20.2 does not do on its own, added here:
+  - 1D-scaled weights (nvfp4_2d_weight_scaling=false) with RHT: TE's quantize config turns RHT on for every
+    1D-scaled NVFP4 operand it quantizes column-wise, the kernel included, and its GEMM then refuses the mix. The
+    recipe applies RHT to the weight-gradient operands only (x and dY), so the kernel quantizer's RHT is turned off.
+  - Non-finite operands: TE's NVFP4 amax ignores NaN (fmaxf), so a NaN in x, W or dY can vanish into a finite
+    FP4 value. With `nonfinite_check`, each GEMM's output (y, dx, dW) is made NaN when one of its operands has a
+    non-finite max|.|: a reduction per operand and a select beside TE's kernels.
+It runs on Blackwell GPUs only; without one, the TE test group (tests/te, `make test-te`) traces and lowers it to
+CUDA StableHLO on CPU. transformer_engine is imported when a TE module class is first built, never at import time.
+"""
+
+import dataclasses
+import functools
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from MaxText.backends.emulated import unquantized
+from MaxText.backends.flags import gemm_flags
+from MaxText.backends.sr import sr_key
+from MaxText.nvfp4.gemm import QUANTIZATION_NAME, GemmRecipe, select_bf16
+from MaxText.precision.policy import Precision
+from MaxText.precision.switches import Switches
+
+#: maxtext's collection for TE quantizer metadata (NVFP4 and current scaling create none in it).
+_TE_META_COLLECTION = "_overwrite_with_gradient"
+
+
+def nvfp4_recipe_kwargs(recipe: GemmRecipe) -> dict[str, bool]:
+  """Constructor arguments of TE's NVFP4BlockScaling for our recipe switches.
+
+  Passed explicitly because constructor arguments win over TE's NVTE_NVFP4_* environment variables, which
+  TE reads once at import.
+  """
+  return {
+      "disable_rht": not recipe.rht,
+      "disable_stochastic_rounding": not recipe.stochastic_rounding,
+      "disable_2d_quantization": not recipe.weight_2d,
+  }
+
+
+def implementation_name(precision: Precision) -> str:
+  if precision is Precision.NVFP4:
+    return "TransformerEngine NVFP4BlockScaling dense"
+  return "TransformerEngine Float8CurrentScaling dense"
+
+
+def _te_recipe(precision: Precision, recipe: GemmRecipe) -> Any:
+  # pylint: disable-next=import-outside-toplevel  # optional heavy dependency: TE, only where a TE module is built
+  from transformer_engine.common import recipe as te_recipe
+
+  if precision is Precision.NVFP4:
+    return te_recipe.NVFP4BlockScaling(**nvfp4_recipe_kwargs(recipe))
+  if precision is Precision.FP8:
+    return te_recipe.Float8CurrentScaling()
+  raise ValueError(f"te_backend: no TE recipe for precision {precision.value!r} (bf16 GEMMs are not quantized).")
+
+
+def _all_finite(a: jax.Array) -> jax.Array:
+  """True when every element of `a` is finite: max|a| is NaN if any element is NaN, inf if any is +-inf."""
+  return jnp.isfinite(jnp.max(jnp.abs(a)))
+
+
+def _poison(out: jax.Array, ok: jax.Array) -> jax.Array:
+  """`out`, or NaN everywhere when `ok` is False."""
+  return jnp.where(ok, out, jnp.asarray(jnp.nan, out.dtype))
+
+
+def nonfinite_guard(gemm: Any) -> Any:
+  """Wraps `gemm(x, w, extra) -> y` (differentiable in x and w) so that a non-finite operand poisons its outputs.
+
+  Forward: y is NaN when x or w holds a NaN/inf. Backward: dx = dgrad(dY, W) is NaN when dY or W does, and
+  dW = wgrad(x, dY) when x or dY does. The wrapped GEMM's own backward (TE's, with its saved quantized operands)
+  runs unchanged; only two booleans are added to its residuals.
+  """
+
+  @jax.custom_vjp
+  def guarded(x, w, extra):
+    return gemm(x, w, extra)
+
+  def fwd(x, w, extra):
+    y, pullback = jax.vjp(gemm, x, w, extra)
+    x_ok, w_ok = _all_finite(x), _all_finite(w)
+    return _poison(y, x_ok & w_ok), (pullback, x_ok, w_ok)
+
+  def bwd(res, dy):
+    pullback, x_ok, w_ok = res
+    dy_ok = _all_finite(dy)
+    dx, dw, dextra = pullback(dy)
+    return _poison(dx, dy_ok & w_ok), _poison(dw, dy_ok & x_ok), dextra
+
+  guarded.defvjp(fwd, bwd)
+  return guarded
+
+
+def _kernel_without_rht(quantizer_set: Any) -> Any:
+  """The quantizer set with RHT off for the kernel (TE turns it on for a 1D-scaled kernel; see module doc)."""
+  kernel = quantizer_set.kernel
+  if kernel is None or not getattr(kernel, "use_rht", False):
+    return quantizer_set
+  return dataclasses.replace(quantizer_set, kernel=dataclasses.replace(kernel, use_rht=False))
+
+
+@functools.cache
+def dot_general_cls(precision: Precision, recipe: GemmRecipe, nonfinite_check: bool = True,
+                    switches: Switches = Switches()) -> type:
+  """A Linen module class running one DenseGeneral's GEMM through TE's dense with the given precision.
+
+  `switches` (NVFP4 only): BF16 decoder layers and nvfp4_bf16_from_step run the unquantized GEMM instead of TE's
+  under `lax.cond` (one compiled program); nvfp4_bf16_forward_from_step is refused at config load for TE.
+
+  `nonfinite_check` (NVFP4 only; config key nvfp4_nonfinite_check) adds `nonfinite_guard` around TE's dense.
+  """
+  # pylint: disable-next=import-outside-toplevel  # optional heavy dependency: TE, only where a TE module is built
+  from transformer_engine.jax import dense as te_dense
+  # pylint: disable-next=import-outside-toplevel  # optional heavy dependency: TE, as above
+  from transformer_engine.jax.flax.module import TransformerEngineBase
+
+  te_recipe = _te_recipe(precision, recipe)
+  is_nvfp4 = precision is Precision.NVFP4  # (the module's __call__ has a `precision` argument of its own)
+  guard = nonfinite_check and is_nvfp4
+
+  class TeDotGeneral(TransformerEngineBase):
+    """TE dense for DenseGeneral: contracting dims trailing on x and leading on the kernel, no batch dims."""
+
+    def make_rng(self, name: str = "params") -> jax.Array:
+      # TE draws its stochastic-rounding state from make_rng("sr_rng"), which maxtext never provides (flax would
+      # fall back to "params", constant across steps under scan_layers). Serve it our per-layer, per-step key.
+      # TE asks once per forward (for the output-gradient quantizer), so the call counter advances once per call.
+      return sr_key(self) if name == "sr_rng" else super().make_rng(name)
+
+    def generate_quantizer_set(self, postfix: str = "", variable_collection: str | None = None,
+                               quantization_checkpoint_name: str | None = None, fp8_recipe: Any = None,
+                               n_groups: int | None = None) -> Any:
+      del variable_collection, quantization_checkpoint_name, fp8_recipe
+      return super().generate_quantizer_set(
+          postfix=postfix, variable_collection=_TE_META_COLLECTION,
+          quantization_checkpoint_name=QUANTIZATION_NAME, fp8_recipe=te_recipe, n_groups=n_groups)
+
+    @nn.compact
+    def __call__(self, lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None):
+      del precision, preferred_element_type
+      contracting_dims, batch_dims = dimension_numbers
+      if batch_dims != ((), ()):
+        raise NotImplementedError(f"TE dense has no batch dimensions; got {batch_dims}.")
+      out_dtype = lhs.dtype
+      quantizer_set = self.generate_quantizer_set()
+      if is_nvfp4:
+        quantizer_set = _kernel_without_rht(quantizer_set)
+
+      def gemm(x, w, qs):
+        return te_dense.dense(x, w, contracting_dims=contracting_dims, quantizer_set=qs)
+
+      if guard:
+        gemm = nonfinite_guard(gemm)
+      all_bf16 = gemm_flags(self, switches)[0] if is_nvfp4 else None
+      return select_bf16(
+          all_bf16, unquantized(dimension_numbers, out_dtype),
+          lambda l, r: gemm(l.astype(jnp.bfloat16), r.astype(jnp.bfloat16), quantizer_set).astype(out_dtype),
+          lhs, rhs)
+
+  TeDotGeneral.__name__ = f"TeDotGeneral_{precision.value}"
+  return TeDotGeneral

@@ -1,0 +1,116 @@
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
+"""The bodies of the config, quantization and trainer hooks the seam (MaxText.integration.seam) installs.
+
+Each `wrap_*` takes maxtext's original function and returns its replacement; arguments the plugin reads are
+bound by name. Nothing here installs anything: the seam's table says what is wrapped with what, and checks it.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+from maxtext.configs import types
+
+from MaxText.integration import layers, plan, run_record
+from MaxText.integration.config import NVFP4Config
+from MaxText.integration.quant import quantization_from_config
+from MaxText.precision.modes import is_nvfp4
+from MaxText.precision.settings import Settings
+
+__all__ = ["wrap_configure_quantization", "wrap_initialize", "wrap_maybe_quantize_model", "wrap_train_loop"]
+
+
+def _with_plugin_keys(config_class: type[Any]) -> type[Any]:
+  """`config_class` with the plugin's keys added: the class itself when it already has them.
+
+  Why: callers that pass their own subclass of maxtext's config (maxtext's RL trainers pass `RLConfig`) must keep
+  their class and still accept the nvfp4_* keys our base.yml sets. maxtext's own `MaxTextConfig` maps to our
+  subclass; any other subclass of it gets a class deriving from both (cached, so each caller class maps to one).
+  A class that is not a maxtext config at all is left alone.
+  """
+  if issubclass(config_class, NVFP4Config) or not issubclass(config_class, types.MaxTextConfig):
+    return config_class
+  if config_class is types.MaxTextConfig:
+    return NVFP4Config
+  return _merged_class(config_class)
+
+
+@functools.cache
+def _merged_class(config_class: type[Any]) -> type[Any]:
+  return type(config_class.__name__, (config_class, NVFP4Config),
+              {"__module__": config_class.__module__, "__doc__": config_class.__doc__})
+
+
+def wrap_initialize(original: Callable[..., Any]) -> Callable[..., Any]:
+  """Makes `pyconfig.initialize`-style functions load the plugin's keys; errors stay maxtext's.
+
+  Nothing else changes: a bad config raises what maxtext raises (a pydantic ValidationError stays one) and goes
+  through maxtext's own `_handle_config_exception` (its "MAXTEXT CONFIG ERROR" line, /dev/termination-log, exit 2
+  outside tests). Only our command line (`MaxText.train`) shortens the message.
+  """
+  signature = inspect.signature(original)
+
+  @functools.wraps(original)
+  def initialize(*args: Any, **kwargs: Any) -> Any:
+    bound = signature.bind(*args, **kwargs)
+    config_class = bound.arguments.get("config_class", signature.parameters["config_class"].default)
+    bound.arguments["config_class"] = _with_plugin_keys(config_class)
+    return original(*bound.args, **bound.kwargs)
+
+  return initialize
+
+
+def wrap_configure_quantization(original: Callable[..., Any]) -> Callable[..., Any]:
+  """Routes the NVFP4 modes to the plugin's quant object and everything else to maxtext's factory.
+
+  For te_nvfp4/te_nvfp4_no_rht it never reaches upstream's TransformerEngine class (which imports
+  transformer_engine and fails where TE is absent).
+  """
+  signature = inspect.signature(original)
+
+  @functools.wraps(original)
+  def configure_quantization(*args: Any, **kwargs: Any) -> Any:
+    bound = signature.bind(*args, **kwargs)
+    bound.apply_defaults()
+    config = bound.arguments["config"]
+    if is_nvfp4(getattr(config, "quantization", None)):
+      return quantization_from_config(config, bound.arguments["quant_mode_str"])
+    return original(*args, **kwargs)
+
+  return configure_quantization
+
+
+def wrap_maybe_quantize_model(original: Callable[..., Any]) -> Callable[..., Any]:
+  """After maxtext builds a model: writes each NVFP4 GEMM's decoder layer index (for BF16 first/last layers) and,
+  in a training run, writes and prints the NVFP4 precision plan read off that model."""
+  signature = inspect.signature(original)
+
+  @functools.wraps(original)
+  def maybe_quantize_model(*args: Any, **kwargs: Any) -> Any:
+    config = signature.bind(*args, **kwargs).arguments["config"]
+    model = original(*args, **kwargs)
+    settings = Settings.from_config(config)
+    if settings.nvfp4:
+      if settings.switches.per_layer:
+        layers.assign_layer_indices(model, int(getattr(config, "first_num_dense_layers", 0) or 0))
+      directory = run_record.current_training_run()
+      if directory is not None:  # the plan file and table come from training runs only
+        plan.report(model, directory)
+    return model
+
+  return maybe_quantize_model
+
+
+def wrap_train_loop(original: Callable[..., Any]) -> Callable[..., Any]:
+  """Runs maxtext's train_loop as a training run: resume record checked, precision plan written."""
+  signature = inspect.signature(original)
+
+  @functools.wraps(original)
+  def train_loop(*args: Any, **kwargs: Any) -> Any:
+    with run_record.training_run(signature.bind(*args, **kwargs).arguments["config"]):
+      return original(*args, **kwargs)
+
+  return train_loop

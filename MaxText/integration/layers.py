@@ -1,0 +1,52 @@
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
+"""Each NVFP4 GEMM's decoder layer index, written into the model maxtext built (for BF16 first/last layers).
+
+maxtext's decoders keep their layers in containers named by stack: "layers" (one scanned stack, or "layers_3"
+... unscanned), and for DeepSeek-style models "dense_layers" then "moe_layers", whose indices continue after the
+`first_num_dense_layers` dense ones. Each GEMM's `nvfp4_layer` variable (MaxText.backends.flags) gets its index,
+stacked along the layer axis under scan.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import jax.numpy as jnp
+from flax import nnx
+
+from MaxText.backends.flags import LAYER_NAME
+
+__all__ = ["assign_layer_indices"]
+
+#: Decoder layer containers of maxtext's NNX decoders, in model order: scanned stacks ("layers", "dense_layers",
+#: "moe_layers") and their unscanned forms ("layers_3", ...).
+_STACK_RE = re.compile(r"^(?P<stack>dense_layers|moe_layers|layers)(?:_(?P<index>\d+))?$")
+
+
+def assign_layer_indices(model: Any, first_num_dense_layers: int = 0) -> int:
+  """Writes each NVFP4 GEMM's decoder layer index into its `nvfp4_layer` variable; returns how many were set.
+
+  Raises:
+    ValueError: a GEMM holding the variable sits in a decoder layout this does not know (e.g. scanned blocks of
+      several layers), so BF16 first/last layers cannot be honoured there.
+  """
+  assigned = 0
+  for path, node in nnx.iter_graph(model):
+    if not (isinstance(node, nnx.Variable) and path and path[-1] == LAYER_NAME):
+      continue
+    parts = [str(p) for p in path]
+    match = _STACK_RE.match(parts[1]) if len(parts) > 1 and parts[0] == "decoder" else None
+    if match is None:
+      raise ValueError(f"nvfp4_bf16_first_layers/last_layers: the NVFP4 GEMM at {'/'.join(parts[:-1])} is not in a "
+                       "decoder layer layout the plugin knows (decoder/layers, dense_layers, moe_layers, scanned or "
+                       "not); unset both keys for this model.")
+    offset = first_num_dense_layers if match["stack"] == "moe_layers" else 0
+    shape = tuple(getattr(node.get_value(), "shape", ()))
+    if match["index"] is not None:
+      value = jnp.full(shape, offset + int(match["index"]), jnp.int32)
+    else:
+      value = (offset + jnp.arange(shape[0], dtype=jnp.int32)).reshape(shape) if shape else jnp.int32(offset)
+    node.set_value(value)
+    assigned += 1
+  return assigned

@@ -1,0 +1,155 @@
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
+"""The precision plan: what each GEMM of the built model actually runs, written and printed at startup.
+
+A known complaint about NVFP4 elsewhere is that it is silently not used. The plan is read off the model maxtext
+built, not off the config: every DenseGeneral (and the MoE router, maxtext's GateLogit) with the dot_general
+module it really holds, and every routed-expert weight stack (wi_0/wi_1 or the fused wi, wo) of every RoutedMoE
+with the precision its grouped GEMMs run in. It lands in `<base_output_directory>/<run_name>/precision_plan.json`
+plus a short table on stdout. A plan that leaves NVFP4 unused where the config asked for it is an error (`check`),
+never a table of zeros.
+"""
+
+import dataclasses
+import json
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+from etils import epath
+from flax import nnx
+
+from MaxText.backends.dense import implementation_name
+from MaxText.integration.quant import Nvfp4Quantization
+from MaxText.precision import switches
+from MaxText.precision.policy import Precision
+
+_LOG = logging.getLogger(__name__)
+PLAN_FILE = "precision_plan.json"
+_reported: set[tuple[str, str]] = set()  # plans already written/printed in this process (maxtext builds models repeatedly)
+
+#: Routed-expert weight stacks of maxtext's RoutedMoE (layers/moe.py): separate gate/up or fused, then down.
+_EXPERT_WEIGHTS = (("wi_0", "wi_kernel_axes"), ("wi_1", "wi_kernel_axes"), ("wi", "wi_kernel_axes"),
+                   ("wo", "wo_kernel_axes"))
+
+
+class PlanError(ValueError):
+  """The built model would not run the precision the config asked for (e.g. NVFP4 nowhere, or experts in BF16)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class PlanEntry:
+  module: str  # NNX path, e.g. decoder/layers/mlp/wi_0 (scanned layers share one entry)
+  kernel_axes: tuple[str | None, ...]
+  precision: str  # nvfp4 | fp8 | bf16
+  backend: str  # emulated | te | "-" (unquantized)
+  implementation: str  # the dot_general module (or grouped GEMM) that runs it
+  kind: str = "dense"  # dense (a DenseGeneral), router (MoE gate), experts (a routed-expert weight stack)
+
+
+def _expert_entries(path: str, node: Any, quant: Nvfp4Quantization) -> list[PlanEntry]:
+  """One entry per routed-expert weight stack of a RoutedMoE, with the precision its GEMMs run in.
+
+  `quant.expert_plan()` (precision, implementation) where the quant object implements expert GEMMs; otherwise
+  the experts run maxtext's own unquantized matmuls.
+  """
+  expert_plan = getattr(quant, "expert_plan", None)
+  precision, impl = expert_plan() if expert_plan else (Precision.BF16, "maxtext RoutedMoE matmuls (unquantized)")
+  entries = []
+  for weight, axes_attr in _EXPERT_WEIGHTS:
+    if isinstance(getattr(node, weight, None), nnx.Param):
+      entries.append(PlanEntry(
+          module=f"{path}/{weight}", kernel_axes=tuple(getattr(node, axes_attr)), precision=precision.value,
+          backend="-" if precision is Precision.BF16 else quant.backend.value, implementation=impl, kind="experts"))
+  return entries
+
+
+def collect(model: Any) -> tuple[Nvfp4Quantization | None, list[PlanEntry]]:
+  """(the NVFP4 quant object, one entry per GEMM holding it); the logits projection holds none.
+
+  GEMMs: every module holding a quant dot_general (DenseGeneral, the MoE router GateLogit) and every
+  routed-expert weight stack of a RoutedMoE (their GEMMs are grouped matmuls or einsums, not DenseGenerals).
+  """
+  quant, entries = None, []
+  for path, node in nnx.iter_graph(model):
+    node_quant = getattr(node, "quant", None)
+    if not isinstance(node_quant, Nvfp4Quantization):
+      continue
+    name = "/".join(str(p) for p in path)
+    if type(node).__name__ == "RoutedMoE":
+      quant = node_quant
+      entries += _expert_entries(name, node, node_quant)
+      continue
+    held_name = getattr(node, "_quant_dot_general_name", None)
+    if held_name is None or not hasattr(node, "kernel_axes"):
+      continue
+    quant = node_quant
+    axes = tuple(node.kernel_axes)
+    precision = quant.policy.precision_for(axes)
+    held = type(getattr(node, held_name).to_nnx__module).__name__
+    impl = implementation_name(precision, quant.backend)
+    entries.append(PlanEntry(
+        module=name, kernel_axes=axes, precision=precision.value,
+        backend="-" if precision.value == "bf16" else quant.backend.value, implementation=f"{impl} [{held}]",
+        kind="router" if type(node).__name__ == "GateLogit" else "dense"))
+  return quant, entries
+
+
+def check(quant: Nvfp4Quantization, entries: list[PlanEntry]) -> None:
+  """Raises PlanError where the plan leaves NVFP4 unused although the config asked for it.
+
+  Asked for: the MLP precision is nvfp4 (the recipe). Then (a) at least one GEMM must be NVFP4, and (b) no
+  routed-expert stack may run unquantized unless the quant object says experts were opted out (MoE experts are
+  MLPs; training them in BF16 without being told is exactly the silent fallback this plan exists to prevent).
+  With nvfp4_mlp_precision=bf16 (the baseline) an all-BF16 plan is what was asked for.
+  """
+  if quant.policy.mlp is not Precision.NVFP4:
+    return
+  experts_opted_out = getattr(quant, "experts_opted_out", False)
+  silent = [e.module for e in entries if e.kind == "experts" and e.precision != "nvfp4" and not experts_opted_out]
+  if silent:
+    raise PlanError(f"quantization=te_nvfp4 builds routed experts that would train unquantized ({', '.join(silent)})"
+                    " although nvfp4_moe_experts=nvfp4. Set nvfp4_moe_experts=bf16 to train them in BF16 knowingly.")
+  if not any(e.precision == "nvfp4" for e in entries):
+    opted = " and nvfp4_moe_experts=bf16 (experts opted out)" if experts_opted_out else ""
+    raise PlanError(f"quantization=te_nvfp4 with nvfp4_mlp_precision=nvfp4{opted} built a model in which no GEMM "
+                    f"runs in NVFP4 ({len(entries)} GEMMs, none an MLP DenseGeneral or expert stack). Use a model "
+                    "with MLP DenseGenerals or NVFP4 experts, or nvfp4_mlp_precision=bf16 for a BF16 baseline.")
+
+
+def format_table(entries: Iterable[PlanEntry]) -> str:
+  rows = [("module", "kernel axes", "precision", "backend")]
+  rows += [(e.module, ",".join(str(a) for a in e.kernel_axes), e.precision, e.backend) for e in entries]
+  widths = [max(len(r[i]) for r in rows) for i in range(4)]
+  lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+  lines.insert(1, "  ".join("-" * w for w in widths))
+  return "\n".join(lines)
+
+
+def report(model: Any, output_dir: str) -> list[PlanEntry]:
+  """Checks the plan, then writes PLAN_FILE under output_dir and prints the table, once per distinct plan.
+
+  Does nothing for a model without an NVFP4 quant object.
+
+  Raises:
+    PlanError: see `check`.
+  """
+  quant, entries = collect(model)
+  if quant is None:
+    return entries
+  check(quant, entries)
+  mlp = quant.policy.mlp.value
+  payload = json.dumps({"backend": quant.backend.value, "recipe": dataclasses.asdict(quant.policy.recipe),
+                        "switches": quant.switches.describe(),
+                        "decoder_layers_mlp": switches.layer_precisions(quant.switches, mlp),
+                        "gemms": [dataclasses.asdict(e) for e in entries]}, indent=2)
+  if (output_dir, payload) in _reported:
+    return entries
+  _reported.add((output_dir, payload))
+  path = epath.Path(output_dir) / PLAN_FILE
+  path.parent.mkdir(parents=True, exist_ok=True)
+  path.write_text(payload + "\n")
+  counts = {p: sum(e.precision == p for e in entries) for p in ("nvfp4", "fp8", "bf16")}
+  print(f"NVFP4 precision plan ({quant.backend.value} backend; {counts['nvfp4']} nvfp4, {counts['fp8']} fp8, "
+        f"{counts['bf16']} bf16 GEMM modules; written to {path}):\n{format_table(entries)}\n"
+        f"{switches.summary(quant.switches, mlp)}", flush=True)
+  return entries

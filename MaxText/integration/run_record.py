@@ -1,0 +1,100 @@
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
+"""What a training run records in its run directory, and what it says when a resume changes precision.
+
+Why: maxtext resumes a checkpoint under another `quantization` (or other nvfp4_* keys) without a word, filling
+the state leaves the checkpoint lacks from a fresh init. That resume is useful (the recipe's late switch to BF16
+relies on it) but must never be silent. Each training run under an NVFP4 mode writes `nvfp4_run.json` (the
+quantization and the nvfp4_* keys it ran with) into `<base_output_directory>/<run_name>/`; a run that finds a
+checkpoint and a different record there logs one line naming old and new and what was re-initialized, and
+appends it to `precision_changes.jsonl` beside the record (so a resume from te_nvfp4 to fp8 is reported too). A
+run that neither uses an NVFP4 mode nor resumes one writes nothing of ours (its output directory may be
+read-only, as maxtext allows).
+
+`training_run()` also tells the rest of the plugin that a training run (maxtext's `train_loop`) is under way, so
+the precision plan is written by training runs only, not by abstract builds, tools or tests.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import datetime
+import json
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+from etils import epath
+
+from MaxText.precision.modes import NVFP4_MODES
+from MaxText.precision.settings import Settings
+
+_LOG = logging.getLogger(__name__)
+RECORD_FILE = "nvfp4_run.json"
+CHANGES_FILE = "precision_changes.jsonl"
+
+_run_dir: contextvars.ContextVar[str | None] = contextvars.ContextVar("nvfp4_training_run", default=None)
+
+
+def run_dir(config: Any) -> str:
+  return f"{config.base_output_directory}/{config.run_name}"
+
+
+def current_training_run() -> str | None:
+  """The run directory of the maxtext training loop under way in this context, or None outside one."""
+  return _run_dir.get()
+
+
+def _reinitialized(old: str, new: str) -> str:
+  """What maxtext fills from a fresh init when a checkpoint written under `old` resumes under `new`."""
+  parts = []
+  if new in NVFP4_MODES and old not in NVFP4_MODES:
+    parts.append("the NVFP4 stochastic-rounding counters (nvfp4_sr_count) and layer indices start fresh")
+  if new.startswith("fp8") and not old.startswith("fp8"):
+    parts.append("the fp8 scale and amax-history state starts fresh")
+  if not parts:
+    parts.append("no model state: the checkpoint has every leaf this mode uses")
+  return "; ".join(parts)
+
+
+def _has_checkpoint(directory: epath.Path) -> bool:
+  checkpoints = directory / "checkpoints"
+  return checkpoints.exists() and any(p.name.isdigit() for p in checkpoints.iterdir())
+
+
+def note_resume(config: Any) -> dict[str, Any] | None:
+  """Compares this run's settings with the run directory's record; logs and records a change. Returns the change."""
+  directory = epath.Path(run_dir(config))
+  settings = Settings.from_config(config)
+  now = dict(settings.record)
+  record = directory / RECORD_FILE
+  change = None
+  if not settings.nvfp4 and not record.exists():  # neither an NVFP4 run nor the resume of one: nothing of ours
+    return None
+  if record.exists() and _has_checkpoint(directory):
+    before = json.loads(record.read_text())
+    changed = {k: {"old": before.get(k), "new": v} for k, v in now.items() if before.get(k) != v}
+    changed.update({k: {"old": v, "new": None} for k, v in before.items() if k not in now})
+    if changed:
+      old_mode, new_mode = str(before.get("quantization") or ""), str(now["quantization"] or "")
+      change = {"time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                "changed": changed, "reinitialized": _reinitialized(old_mode, new_mode)}
+      keys = ", ".join(f"{k}: {v['old']!r} -> {v['new']!r}" for k, v in changed.items())
+      _LOG.warning("NVFP4: resuming %s with changed precision settings (%s); %s. Recorded in %s", directory, keys,
+                   change["reinitialized"], directory / CHANGES_FILE)
+      with (directory / CHANGES_FILE).open("a") as f:
+        f.write(json.dumps(change) + "\n")
+  directory.mkdir(parents=True, exist_ok=True)
+  record.write_text(json.dumps(now, indent=2) + "\n")
+  return change
+
+
+@contextlib.contextmanager
+def training_run(config: Any) -> Iterator[None]:
+  """Marks a maxtext training loop under way (the plan is written only then) after checking its resume record."""
+  note_resume(config)
+  token = _run_dir.set(run_dir(config))
+  try:
+    yield
+  finally:
+    _run_dir.reset(token)

@@ -1,0 +1,72 @@
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
+"""The plugin's names: the `quantization=` modes it serves and the choices its config keys take, each once."""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+__all__ = ["NVFP4_MODES", "AttentionPrecision", "Backend", "MlpPrecision", "MoeExperts", "is_nvfp4", "plain"]
+
+# The `quantization=` values this plugin serves. maxtext's own `QuantizationType` enum already lists both, so
+# no maxtext edit is needed for them to pass validation; the plugin takes over what they do at model creation.
+NVFP4_MODES: tuple[str, ...] = ("te_nvfp4", "te_nvfp4_no_rht")
+
+
+def plain(setting: Any) -> str:
+  """A config value as a plain string: maxtext's config holds str Enums, or plain strings after overrides."""
+  return str(getattr(setting, "value", setting) if setting is not None else "")
+
+
+def is_nvfp4(quantization: Any) -> bool:
+  """Whether a `quantization` value (enum, string or None) is one of NVFP4_MODES."""
+  return plain(quantization) in NVFP4_MODES
+
+
+class Backend(str, enum.Enum):
+  """Which implementation runs the NVFP4 GEMMs (config key nvfp4_backend).
+
+  AUTO: TE when transformer_engine imports and every local GPU has compute capability >= 10.0 (Blackwell),
+    else EMULATED; the choice is logged in one line, never made silently.
+  TE: TransformerEngine's NVFP4 GEMMs; a clear error before compiling when TE or a Blackwell GPU is missing.
+  EMULATED: pure JAX, bit-identical quantized operands to TE's quantizer; runs anywhere, CPU included.
+  """
+
+  AUTO = "auto"
+  TE = "te"
+  EMULATED = "emulated"
+
+
+class AttentionPrecision(str, enum.Enum):
+  """Precision of the attention projections (QKV, out) when an NVFP4 mode is on.
+
+  NVIDIA's NVFP4 recipe keeps attention out of FP4; these are the two non-FP4 choices.
+  BF16: attention GEMMs in the model's compute dtype, unquantized.
+  FP8: attention GEMMs in FP8: maxtext's own fp8 where TE is not used, TE FP8 current scaling with the TE
+    backend.
+  """
+
+  BF16 = "bf16"
+  FP8 = "fp8"
+
+
+class MlpPrecision(str, enum.Enum):
+  """Precision of the MLP GEMMs when an NVFP4 mode is on.
+
+  NVFP4: NVIDIA's recipe. BF16: the same run with the MLP unquantized while keeping the NVFP4 quant object, so
+    parameter initialization is identical to the NVFP4 runs: the BF16 baseline of a precision comparison.
+  """
+
+  NVFP4 = "nvfp4"
+  BF16 = "bf16"
+
+
+class MoeExperts(str, enum.Enum):
+  """Precision of the routed-expert GEMMs (MoE: num_experts > 1) under an NVFP4 mode.
+
+  NVFP4: the MLP recipe per expert (emulated backend: TE 2.20.2 has no NVFP4 grouped GEMM).
+  BF16: experts unquantized, dense GEMMs NVFP4; required with nvfp4_backend=te, and said in the plan.
+  """
+
+  NVFP4 = "nvfp4"
+  BF16 = "bf16"

@@ -1,0 +1,84 @@
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
+
+"""te_backend's non-finite guard, on a plain JAX GEMM (it wraps any differentiable gemm(x, w, extra)).
+
+Why here and not only in tests/te: the guard's logic (which operand poisons which output) runs on CPU with real
+numbers; the TE group checks that the same ops sit beside TE's kernels in the lowered train step.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from MaxText.backends.te import nonfinite_guard
+
+
+def _gemm(x, w, extra):
+  del extra
+  return x @ w
+
+
+@jax.custom_vjp
+def _swallowing_gemm(x, w, extra):
+  """A GEMM that, like TE's NVFP4 quantizer (its amax ignores NaN), turns non-finite operands into finite ones in
+  fprop, dgrad and wgrad: every output is finite whatever the inputs, so only the guard can make them NaN."""
+  del extra
+  return jnp.nan_to_num(x) @ jnp.nan_to_num(w)
+
+
+def _swallowing_fwd(x, w, extra):
+  return _swallowing_gemm(x, w, extra), (jnp.nan_to_num(x), jnp.nan_to_num(w))
+
+
+def _swallowing_bwd(residuals, dy):
+  x, w = residuals
+  dy = jnp.nan_to_num(dy)
+  return dy @ w.T, x.T @ dy, None
+
+
+_swallowing_gemm.defvjp(_swallowing_fwd, _swallowing_bwd)
+
+
+def _outputs(x, w, dy, gemm=_gemm):
+  guarded = nonfinite_guard(gemm)
+  y, pullback = jax.vjp(lambda a, b: guarded(a, b, None), x, w)
+  dx, dw = pullback(dy)
+  return {"y": bool(jnp.all(jnp.isfinite(y))), "dx": bool(jnp.all(jnp.isfinite(dx))),
+          "dw": bool(jnp.all(jnp.isfinite(dw)))}
+
+
+@pytest.mark.parametrize(
+    "bad, finite",
+    [
+        (None, {"y": True, "dx": True, "dw": True}),
+        ("x", {"y": False, "dx": True, "dw": False}),  # x feeds fprop and wgrad
+        ("w", {"y": False, "dx": False, "dw": True}),  # W feeds fprop and dgrad
+        ("dy", {"y": True, "dx": False, "dw": False}),  # dY feeds dgrad and wgrad
+    ],
+)
+@pytest.mark.parametrize("value", [np.nan, np.inf])
+@pytest.mark.parametrize("gemm", [_gemm, _swallowing_gemm], ids=["plain", "swallowing"])
+def test_a_nonfinite_operand_poisons_exactly_the_gemms_it_feeds(bad, finite, value, gemm):
+  """With a GEMM that would hide the NaN itself (swallowing), each output is poisoned by the guard alone: y on x or
+  W, dx on dY or W, dW on x or dY."""
+  rng = np.random.default_rng(0)
+  x = rng.standard_normal((32, 64)).astype(np.float32)
+  w = rng.standard_normal((64, 16)).astype(np.float32)
+  dy = rng.standard_normal((32, 16)).astype(np.float32)
+  arrays = {"x": x, "w": w, "dy": dy}
+  if bad:
+    arrays[bad][3, 5] = value  # one element
+  assert _outputs(**{k: jnp.asarray(v) for k, v in arrays.items()}, gemm=gemm) == finite
+
+
+def test_guard_leaves_finite_results_unchanged():
+  x = jnp.arange(12.0).reshape(3, 4)
+  w = jnp.ones((4, 2))
+  y, pullback = jax.vjp(lambda a, b: nonfinite_guard(_gemm)(a, b, None), x, w)
+  dx, dw = pullback(jnp.ones((3, 2)))
+  np.testing.assert_array_equal(y, x @ w)
+  np.testing.assert_array_equal(dx, jnp.ones((3, 2)) @ w.T)
+  np.testing.assert_array_equal(dw, x.T @ jnp.ones((3, 2)))

@@ -1,0 +1,112 @@
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
+
+"""What many test modules share: repository paths, loading a config, a Blackwell machine, a training subprocess.
+
+Imported as `from tests import helpers` (a module of its own, not conftest: pytest owns conftest's import).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import time
+from typing import Any
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
+CONFIGS_DIR = REPO_ROOT / "configs"
+TINY_YML = CONFIGS_DIR / "tiny.yml"
+#: The plugin's keys with their declared defaults (configs/base.yml repeats them; config_test checks both).
+PLUGIN_DEFAULTS: dict[str, Any] = {
+    "nvfp4_backend": "auto",
+    "nvfp4_attention_precision": "bf16",
+    "nvfp4_stochastic_rounding": True,
+    "nvfp4_2d_weight_scaling": True,
+    "nvfp4_nonfinite_check": True,
+    "nvfp4_mlp_precision": "nvfp4",
+    "nvfp4_moe_experts": "nvfp4",
+    "nvfp4_bf16_first_layers": 0,
+    "nvfp4_bf16_last_layers": 0,
+    "nvfp4_bf16_from_step": None,
+    "nvfp4_bf16_forward_from_step": None,
+}
+#: Where in-process config loads point maxtext's output directory (nothing is written there by a load).
+CONFIG_OUTPUT_DIR = "/tmp/nvfp4-config-test"
+
+
+def load_config(yml: pathlib.Path | str = TINY_YML, *overrides: str) -> Any:
+  """maxtext's own `pyconfig.initialize` with the plugin registered, as its trainer calls it (argv[0] unused).
+
+  run_name and base_output_directory get test defaults unless `overrides` set them (maxtext refuses a key twice).
+  """
+  import MaxText  # pylint: disable=import-outside-toplevel  # maxtext costs seconds: only tests that load configs
+
+  MaxText.register()
+  from maxtext.configs import pyconfig  # pylint: disable=import-outside-toplevel  # after register(), as above
+
+  given = {o.split("=", 1)[0] for o in overrides}
+  defaults = [f"{k}={v}" for k, v in (("run_name", "t"), ("base_output_directory", CONFIG_OUTPUT_DIR)) if k not in given]
+  return pyconfig.initialize(["train", str(yml), *defaults, *overrides])
+
+
+def blackwell_environment(gpus: int = 1, te_nvfp4_error: str | None = None) -> Any:
+  """What the backend probe reports on a Blackwell node with TransformerEngine: `gpus` GPUs of capability 10.0
+  (and TE's own NVFP4 support verdict, where a test asks TE)."""
+  from MaxText.backends import environment  # pylint: disable=import-outside-toplevel  # jax: only where used
+
+  return environment.Environment(te_error=None, gpu_capabilities=(10.0,) * gpus, te_nvfp4_error=te_nvfp4_error)
+
+
+#: The same, as source for a subprocess that imports `environment` from MaxText.backends.
+BLACKWELL_SOURCE = ("from MaxText.backends import environment; environment.probe_environment = lambda: "
+                    "environment.Environment(te_error=None, gpu_capabilities=(10.0,) * 4)")
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+  """A finished subprocess: exit status, captured streams, wall time in seconds."""
+
+  returncode: int
+  stdout: str
+  stderr: str
+  seconds: float
+
+
+def read_losses(metrics_file: pathlib.Path) -> list[float]:
+  """The per-step `learning/loss` values of a maxtext `metrics_file` (one JSON object per line), from step 0."""
+  rows = [json.loads(line) for line in metrics_file.read_text(encoding="utf-8").splitlines() if line.strip()]
+  assert [int(r["step"]) for r in rows] == list(range(len(rows))), rows
+  return [float(r["learning/loss"]) for r in rows]
+
+
+def train_cli(
+    overrides: list[str],
+    jax_cache_dir: pathlib.Path,
+    as_file: bool = False,
+    timeout: float = 300,
+    env: dict[str, str] | None = None,
+    config: pathlib.Path = TINY_YML,
+) -> Run:
+  """Runs the training CLI on `config` (configs/tiny.yml), on CPU, in a subprocess.
+
+  `as_file` runs `python MaxText/train.py` (the historic form) instead of `python -m MaxText.train`; `env`
+  adds environment variables (e.g. XLA_FLAGS for simulated devices).
+  """
+  entry = ["MaxText/train.py"] if as_file else ["-m", "MaxText.train"]
+  args = [*entry, str(config.relative_to(REPO_ROOT)), f"jax_cache_dir={jax_cache_dir}", *overrides]
+  start = time.monotonic()
+  proc = subprocess.run(
+      [sys.executable, *args],
+      cwd=REPO_ROOT,
+      env=dict(os.environ, JAX_PLATFORMS="cpu", **(env or {})),
+      capture_output=True,
+      text=True,
+      timeout=timeout,
+      check=False,
+  )
+  seconds = time.monotonic() - start
+  print(f"[{seconds:.1f}s] python {' '.join(args)}")
+  return Run(proc.returncode, proc.stdout, proc.stderr, seconds)

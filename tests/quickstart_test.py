@@ -1,0 +1,194 @@
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
+
+"""`make quickstart`'s machinery: progress parsing, the corpus check, arguments, and a `--smoke` run end to end."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from MaxText import quickstart
+from MaxText.compare.report import read_report
+from MaxText.compare.schema import MetricsSource, Status
+from MaxText.data import corpus
+from tests.helpers import REPO_ROOT
+
+# Two lines as maxtext 0.2.5's metric_logger writes them (absl prefix included).
+_TRAIN = (
+    "I1121 05:45:44.817718 140198661168000 metric_logger.py:265] completed step: {step}, seconds: 0.250, "
+    "TFLOP/s/device: 0.022, Tokens/s/device: 1700.093, total_weights: 252, loss: {loss}, lm_loss: {loss}, "
+    "perplexity: 22450.084"
+)
+_EVAL = (
+    "I1121 05:48:08.297864 140051736398720 metric_logger.py:302] Completed eval after train step 75, loss=7.480, "
+    "perplexity=62411.533, total_weights=504.0, avg_z_loss=0.000"
+)
+
+
+def test_progress_prints_stretch_means_the_last_step_and_evals():
+  lines: list[str] = []
+  progress = quickstart.RunProgress(name="fp8", total_steps=13, emit=lines.append)
+  assert progress.every == 2  # (13 - 1) // PROGRESS_LINES
+  for step in range(13):
+    progress.feed(_TRAIN.format(step=step, loss=float(10 - step)))
+    if step == 5:
+      progress.feed(_EVAL)
+  progress.feed("I1121 unrelated line, loss: 3.0")
+  train_lines = [line for line in lines if "train loss" in line]
+  assert len(train_lines) == 6  # steps 2, 4, ..., 12 (the last)
+  assert "step    2" in train_lines[0] and "mean of the last 3:  9.000" in train_lines[0]  # steps 0-2
+  assert "step   12" in train_lines[-1] and "(100%)" in train_lines[-1] and "0.25 s/step" in train_lines[-1]
+  assert any("eval after step 75: loss 7.480" in line for line in lines)
+  assert (progress.last_step, progress.last_loss, progress.last_eval) == (12, -2.0, 7.48)
+
+
+def test_progress_prints_at_least_every_progress_seconds_on_a_slow_machine():
+  now = [0.0]
+  lines: list[str] = []
+  progress = quickstart.RunProgress(name="bf16", total_steps=301, emit=lines.append, clock=lambda: now[0])
+  for step in range(1, 10):  # every = 50: no step-count line before step 50
+    now[0] += quickstart.PROGRESS_SECONDS / 2 + 0.01  # a slow machine: a new line every second step
+    progress.feed(_TRAIN.format(step=step, loss=5.0))
+  assert [line.split("(")[0].split()[-1] for line in lines] == ["2", "4", "6", "8"]
+  assert "mean of the last 2:" in lines[1]
+
+
+def test_progress_reads_a_nan_loss():
+  progress = quickstart.RunProgress(name="x", total_steps=2, emit=lambda _: None)
+  progress.feed(_TRAIN.format(step=1, loss="nan"))
+  assert progress.last_step == 1 and progress.last_loss != progress.last_loss
+
+
+def test_corpus_check_accepts_only_an_intact_build(tmp_path):
+  assert not quickstart.corpus_is_built(tmp_path / "missing")
+  lib = tmp_path / "lib"
+  (lib / "pkg").mkdir(parents=True)
+  for i in range(40):
+    (lib / "pkg" / f"m{i}.py").write_text(f"x_{i} = {i}\n", encoding="utf-8")
+  out = tmp_path / "corpus"
+  corpus.build_corpus(out, root=lib, eval_fraction=0.3)
+  assert quickstart.corpus_is_built(out)
+  (out / "eval.parquet").write_bytes(b"truncated")
+  assert not quickstart.corpus_is_built(out)
+  (out / corpus.MANIFEST_NAME).write_text("{not json", encoding="utf-8")
+  assert not quickstart.corpus_is_built(out)
+
+
+def test_format_seconds():
+  assert [quickstart.format_seconds(s) for s in (4.4, 59.6, 75.2, 3600)] == ["4s", "1m00s", "1m15s", "60m00s"]
+
+
+def test_bad_arguments_exit_2_with_one_line(tmp_path, capsys):
+  assert quickstart.main(["--steps", "0", "--out", str(tmp_path)]) == 2
+  assert capsys.readouterr().err.strip() == "error: --steps must be >= 1, got 0"
+  assert quickstart.main(["--config", str(tmp_path / "nope.yml")]) == 2
+  assert "does not exist" in capsys.readouterr().err
+  with pytest.raises(SystemExit):
+    quickstart.main(["--precisions", "int8"])
+
+
+def test_set_changes_the_candidates_and_set_baseline_the_baseline():
+  args = quickstart._parse_args(  # pylint: disable=protected-access
+      ["--set", "nvfp4_attention_precision=fp8", "--set-baseline", "remat_policy=full",
+       "--set-all", "learning_rate=1e-3"]  # fmt: skip
+  )
+  by_name = {p.name: quickstart.run_overrides(p, args) for p in quickstart.PRECISIONS}
+  assert by_name["bf16"] == ["learning_rate=1e-3", "remat_policy=full"]
+  for name in ("fp8", "te_nvfp4", "te_nvfp4_no_rht"):
+    assert by_name[name] == ["learning_rate=1e-3", "nvfp4_attention_precision=fp8"]
+
+
+def test_smoke_writes_to_its_own_folder(tmp_path):
+  parse = quickstart._parse_args  # pylint: disable=protected-access
+  assert quickstart.output_dir(parse([])) == quickstart.DEFAULT_OUT
+  assert quickstart.output_dir(parse(["--smoke"])) == pathlib.Path("results/quickstart-smoke")
+  assert quickstart.output_dir(parse(["--smoke", "--out", str(tmp_path / "x")])) == tmp_path / "x-smoke"
+
+
+def test_rerun_clears_stale_run_folders_and_report_files(tmp_path):
+  for name in ("bf16", "fp8", "te_nvfp4_no_rht"):
+    (tmp_path / "runs" / name).mkdir(parents=True)
+    (tmp_path / "runs" / name / "metrics.jsonl").write_text("{}\n", encoding="utf-8")
+  (tmp_path / "jax_cache").mkdir()
+  for name in ("report.md", "report.json", "loss.png", "throughput.png", "notes.txt"):
+    (tmp_path / name).write_text("old", encoding="utf-8")
+  assert quickstart.clear_stale(tmp_path, ["bf16", "te_nvfp4"]) == ["fp8", "te_nvfp4_no_rht"]
+  assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["bf16"]
+  assert sorted(p.name for p in tmp_path.iterdir()) == ["jax_cache", "notes.txt", "runs"]
+  assert quickstart.clear_stale(tmp_path / "fresh", ["bf16"]) == []  # nothing there yet
+
+
+def test_the_config_sets_what_the_progress_lines_need():
+  assert quickstart._config_steps(quickstart.DEFAULT_CONFIG) > 100  # pylint: disable=protected-access
+
+
+@pytest.mark.slow
+def test_smoke_run_writes_the_report(tmp_path):
+  """`scripts/quickstart.py --smoke`: two precisions, 4 steps with evals, then the comparison (1-3 min on 2 cores)."""
+  stale = tmp_path / "out-smoke" / "runs" / "fp8"
+  stale.mkdir(parents=True)
+  proc = subprocess.run(
+      [sys.executable, "scripts/quickstart.py", "--smoke", "--out", str(tmp_path / "out"), "--corpus",
+       str(tmp_path / "corpus"), "--set", "nvfp4_attention_precision=fp8"],
+      cwd=REPO_ROOT, capture_output=True, text=True, timeout=600, check=False,
+  )  # fmt: skip
+  assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+  out = tmp_path / "out-smoke"
+  assert not (tmp_path / "out").exists() and not stale.exists()
+  text = proc.stdout
+  assert "quickstart: built the corpus" in text and "removed run folders of an earlier run" in text
+  for i, name in enumerate(quickstart.SMOKE_PRECISIONS, 1):
+    assert f"quickstart: [{i}/2] {name}: " in text and f"quickstart: [{i}/2] {name} finished in " in text
+  assert "left for 1 more" in text  # the estimate after the first run
+  assert "train loss" in text and "eval after step 2" in text
+  assert "- **te_nvfp4**: " in text and "step time (s), emulation cost" in text
+  assert "| bf16 | baseline | 4 |" in text and "| te_nvfp4 | ok | 4 |" in text
+  for name in ("report.json", "report.md", "loss.png", "throughput.png"):
+    assert (out / name).stat().st_size > 0, name
+  assert "| te_nvfp4 | ok | 4 |" in (out / "report.md").read_text(encoding="utf-8")
+  report = read_report(out / "report.json")
+  assert report.baseline == "bf16" and [r.name for r in report.runs] == ["bf16", "te_nvfp4"]
+  # The runs evaluate, so maxtext truncated metrics.jsonl; every training step still comes from TensorBoard.
+  assert all(r.source is MetricsSource.TENSORBOARD and r.num_steps == 4 for r in report.runs)
+  (c,) = report.comparisons
+  assert c.status is Status.OK and c.common_steps == 4
+  assert c.step0.within_tolerance  # same initial weights: the bf16 baseline keeps a quant object
+  assert json.loads((out / "report.json").read_text(encoding="utf-8"))["comparisons"][0]["final_eval_step"] == 2
+  assert c.final_eval_gap_nats is not None and c.verdict.basis == "eval"
+  # Emulated NVFP4 on CPU: a step-time ratio, never a speedup.
+  assert c.speedup is None and "emulation cost" in c.speedup_withheld and "ran on CPU" in c.speedup_withheld
+  runs = {r.name: r for r in report.runs}
+  assert (runs["te_nvfp4"].backend, runs["te_nvfp4"].nvfp4_gemms, runs["te_nvfp4"].emulated) == ("emulated", 3, True)
+  assert runs["bf16"].nvfp4_gemms == 0 and not runs["bf16"].emulated and runs["bf16"].hardware == "cpu"
+  assert all(r.machine is not None and r.machine.wall_s > 0 and r.machine.run_cpu_s > 0 for r in report.runs)
+  logs = {n: (out / "runs" / n / "train.log").read_text(encoding="utf-8") for n in ("bf16", "te_nvfp4")}
+  assert logs["te_nvfp4"].count("completed step:") == 4
+  # --set reaches the candidate only: the baseline's command line does not carry it.
+  assert "nvfp4_attention_precision=fp8" in logs["te_nvfp4"].splitlines()[0]
+  assert "nvfp4_attention_precision=fp8" not in logs["bf16"].splitlines()[0]
+
+
+def test_suite_names_each_slow_test_as_it_starts(tmp_path):
+  """tests/conftest.py prints `[test i/n, t min in] slow, running: <nodeid>` before a slow test's fixtures run."""
+  shutil.copy(REPO_ROOT / "tests" / "conftest.py", tmp_path / "conftest.py")
+  (tmp_path / "tests").mkdir()  # conftest's fixtures import tests.helpers
+  shutil.copy(REPO_ROOT / "tests" / "helpers.py", tmp_path / "tests" / "helpers.py")
+  (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    slow: x\n", encoding="utf-8")
+  (tmp_path / "test_x.py").write_text(
+      "import pytest\n\ndef test_fast():\n  pass\n\n@pytest.mark.slow\ndef test_slow():\n  pass\n", encoding="utf-8"
+  )
+  proc = subprocess.run(
+      [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c", str(tmp_path / "pytest.ini"),
+       str(tmp_path / "test_x.py")],
+      cwd=tmp_path, env={**{k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")},
+                         "PYTHONPATH": str(tmp_path)}, capture_output=True, text=True, timeout=120, check=False,
+  )  # fmt: skip
+  assert proc.returncode == 0, proc.stdout + proc.stderr
+  assert "[test 2/2, " in proc.stdout and "min in] slow, running: test_x.py::test_slow" in proc.stdout
+  assert "test_fast" not in proc.stdout

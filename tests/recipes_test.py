@@ -1,0 +1,274 @@
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
+"""Blackwell recipes, tested without Blackwell: the YAMLs load through maxtext's config system (with our plugin's
+config class) on CPU, the scripts print the right command lines with --dry-run, and a run of the scripts with a
+stand-in for the trainer (recorded metrics) ends in a real comparison report.
+"""
+
+import json
+import os
+import pathlib
+import shlex
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import yaml
+
+from MaxText.compare.report import read_report
+from tests.helpers import BLACKWELL_SOURCE, REPO_ROOT
+
+RECIPES = sorted((REPO_ROOT / "configs" / "recipes").glob("*.yml"))
+SCRIPTS = REPO_ROOT / "scripts" / "recipes"
+PAIRS = {"llama3_8b": "llama3-8b", "llama3.1_405b": "llama3.1-405b"}
+
+_LOADER = textwrap.dedent(
+    """
+    import json, sys
+    from MaxText import register
+    # Validate as on a GB200 node: TE imports and every GPU is Blackwell (nvfp4_backend=te is checked at load).
+    BLACKWELL_SOURCE
+    register()
+    from maxtext.configs import pyconfig
+    keys = sys.argv[1].split(",")
+    out = {}
+    for path in sys.argv[2:]:
+      c = pyconfig.initialize(["", path, "run_name=t", "skip_jax_distributed_system=true"])
+      out[path] = {k: str(getattr(getattr(c, k), "value", getattr(c, k))) for k in keys}
+    print("RESULT" + json.dumps(out))
+    """
+).replace("BLACKWELL_SOURCE", BLACKWELL_SOURCE)
+_KEYS = (
+    "model_name quantization hardware attention remat_policy max_target_length ici_fsdp_parallelism dataset_type "
+    "dataset_name eval_dataset_name tokenizer_type num_decoder_layers vocab_size nvfp4_backend steps"
+).split()
+
+
+def test_four_recipes_exist():
+  assert [p.name for p in RECIPES] == [
+      "llama3.1_405b_fp8.yml",
+      "llama3.1_405b_te_nvfp4.yml",
+      "llama3_8b_fp8.yml",
+      "llama3_8b_te_nvfp4.yml",
+  ]
+
+
+@pytest.fixture(scope="module")
+def loaded(tmp_path_factory):
+  """Every recipe through pyconfig.initialize with the plugin's config class, in one subprocess.
+
+  A subprocess because maxtext's config validation writes process-wide state (XLA flags, jax config) that must not
+  leak into the other tests. hardware=gpu does not block loading on CPU: only building the mesh would need a GPU.
+  """
+  cwd = tmp_path_factory.mktemp("load")  # maxtext_output/ lands here, not in the repository
+  proc = subprocess.run(
+      [sys.executable, "-c", _LOADER, ",".join(_KEYS), *map(str, RECIPES)],
+      cwd=cwd, env=dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(REPO_ROOT)),
+      capture_output=True, text=True, timeout=300, check=False,
+  )
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  line = next(l for l in proc.stdout.splitlines() if l.startswith("RESULT"))
+  return {pathlib.Path(k).name: v for k, v in json.loads(line[len("RESULT"):]).items()}
+
+
+@pytest.mark.parametrize("pair", sorted(PAIRS))
+@pytest.mark.parametrize("quant", ["fp8", "te_nvfp4"])
+def test_recipe_loads_with_published_settings(loaded, pair, quant):
+  c = loaded[f"{pair}_{quant}.yml"]
+  assert c["model_name"] == PAIRS[pair]
+  assert c["quantization"] == quant
+  assert c["hardware"] == "gpu"
+  assert c["attention"] == "cudnn_flash_te"
+  assert c["remat_policy"] == "minimal_with_context_and_quantization"
+  assert c["max_target_length"] == "8192"
+  assert c["ici_fsdp_parallelism"] == "-1"
+  assert (c["dataset_type"], c["dataset_name"], c["eval_dataset_name"]) == ("tfds", "c4/en:3.0.1", "c4/en:3.0.1")
+  assert c["tokenizer_type"] == "tiktoken" and c["vocab_size"] == "128256"
+  assert c["num_decoder_layers"] == {"llama3_8b": "32", "llama3.1_405b": "126"}[pair]
+  assert c["nvfp4_backend"] == ("te" if quant == "te_nvfp4" else "auto")
+
+
+@pytest.mark.parametrize("pair", sorted(PAIRS))
+def test_pair_differs_only_in_precision(pair):
+  """Same weights, data and schedule: only the precision keys (and the run name) may differ within a pair."""
+  fp8 = yaml.safe_load((REPO_ROOT / "configs" / "recipes" / f"{pair}_fp8.yml").read_text())
+  nvfp4 = yaml.safe_load((REPO_ROOT / "configs" / "recipes" / f"{pair}_te_nvfp4.yml").read_text())
+  differing = {k for k in fp8.keys() | nvfp4.keys() if fp8.get(k) != nvfp4.get(k)}
+  assert differing == {"run_name", "quantization", "nvfp4_backend"}
+  assert fp8["base_config"] == "../base.yml"  # configs/base.yml, which chains to maxtext's
+
+
+def _script(name, *args, env=None, cwd=REPO_ROOT):
+  return subprocess.run(
+      ["bash", str(SCRIPTS / name), *args], cwd=cwd, env={**os.environ, "PYTHON": sys.executable, **(env or {})},
+      capture_output=True, text=True, timeout=120, check=False,
+  )
+
+
+def _commands(stdout):
+  return [shlex.split(line) for line in stdout.splitlines() if line.strip()]
+
+
+def _kv(cmd):
+  return dict(a.split("=", 1) for a in cmd if "=" in a and not a.startswith("-"))
+
+
+def test_throughput_dry_run(tmp_path):
+  proc = _script("throughput_pair.sh", "--dry-run", "--out", str(tmp_path), "--", "per_device_batch_size=4")
+  assert proc.returncode == 0, proc.stderr
+  cmds = _commands(proc.stdout)
+  assert [c[0] for c in cmds] == ["mkdir", sys.executable, "mkdir", sys.executable, sys.executable]
+  for cmd, quant in ((cmds[1], "fp8"), (cmds[3], "te_nvfp4")):
+    assert cmd[1:4] == ["-m", "MaxText.train", f"configs/recipes/llama3_8b_{quant}.yml"]
+    kv = _kv(cmd)
+    assert kv["run_name"] == quant and kv["base_output_directory"] == str(tmp_path)
+    assert kv["metrics_file"] == str(tmp_path / quant / "metrics.jsonl")
+    assert kv["steps"] == "50" and kv["dataset_type"] == "synthetic" and kv["per_device_batch_size"] == "4"
+  compare = cmds[4]
+  assert compare[1:3] == ["-m", "MaxText.compare"]
+  assert compare[3:5] == [str(tmp_path / "fp8"), str(tmp_path / "te_nvfp4")]
+  assert compare[compare.index("--baseline") + 1] == "fp8"
+  assert compare[compare.index("--perf-start-step") + 1] == "10"
+  assert not (tmp_path / "fp8").exists()  # a dry run creates nothing
+
+
+def test_throughput_nsys_and_405b(tmp_path):
+  proc = _script("throughput_pair.sh", "--dry-run", "--nsys", "--model", "llama3.1_405b", "--out", str(tmp_path))
+  assert proc.returncode == 0, proc.stderr
+  train = [c for c in _commands(proc.stdout) if "MaxText.train" in c]
+  assert len(train) == 2
+  for cmd in train:
+    assert cmd[:2] == ["nsys", "profile"] and "--capture-range=cudaProfilerApi" in cmd
+    assert any(a.startswith("configs/recipes/llama3.1_405b_") for a in cmd)
+    kv = _kv(cmd)
+    assert kv["profiler"] == "nsys" and kv["skip_first_n_steps_for_profiler"] == "10"
+
+
+def test_convergence_dry_run(tmp_path):
+  proc = _script("convergence_pair.sh", "--dry-run", "--data-dir", "/data/tfds", "--steps", "2000", "--out", str(tmp_path))
+  assert proc.returncode == 0, proc.stderr
+  cmds = _commands(proc.stdout)
+  train = [c for c in cmds if "MaxText.train" in c]
+  assert [c[3] for c in train] == ["configs/recipes/llama3_8b_fp8.yml", "configs/recipes/llama3_8b_te_nvfp4.yml"]
+  for cmd in train:
+    kv = _kv(cmd)
+    assert kv["steps"] == "2000" and kv["dataset_path"] == "/data/tfds" and "dataset_type" not in kv
+    assert pathlib.Path(kv["tokenizer_path"]).is_file() and kv["tokenizer_path"].endswith("tokenizer_llama3.tiktoken")
+  assert cmds[-1][1:3] == ["-m", "MaxText.compare"] and cmds[-1][-2:] == ["--smooth", "100"]
+
+
+@pytest.mark.parametrize(
+    "script, args, message",
+    [
+        ("throughput_pair.sh", ["--model", "llama2"], "unknown --model 'llama2'"),
+        ("throughput_pair.sh", ["--steps", "0"], "--steps must be a positive integer"),
+        ("throughput_pair.sh", ["--steps", "5"], "--perf-start-step (10) must be below --steps (5)"),
+        ("throughput_pair.sh", ["--bogus"], "unknown argument '--bogus'"),
+        ("convergence_pair.sh", [], "--data-dir is required"),
+    ],
+)
+def test_scripts_reject_bad_arguments(script, args, message):
+  proc = _script(script, "--dry-run", *args)
+  assert proc.returncode == 2 and message in proc.stderr
+
+
+_FAKE_PYTHON = """#!{python}
+# Stands in for `python` in the recipe scripts: `-m MaxText.train` writes the metrics a Blackwell run would record
+# (FP8 2.0 s/step, NVFP4 1.0 s/step, NVFP4 loss +0.03 nats); anything else runs in the real interpreter.
+import json, os, runpy, sys
+if sys.argv[1:3] == ["-m", "MaxText.train"]:
+  kv = dict(a.split("=", 1) for a in sys.argv[4:] if "=" in a)
+  nvfp4 = kv["run_name"] == "te_nvfp4"
+  with open(kv["metrics_file"], "w") as f:
+    for s in range(int(kv["steps"])):
+      t = 1.0 if nvfp4 else 2.0
+      f.write(json.dumps({{"learning/loss": 10.0 - 0.1 * s + (0.03 if nvfp4 else 0.0), "step": s,
+                          "perf/step_time_seconds": t, "perf/per_device_tflops_per_sec": 1000.0 / t,
+                          "perf/per_device_tokens_per_sec": 16384.0 / t, "run_name": kv["run_name"]}}) + "\\n")
+  sys.exit(0)
+sys.path.insert(0, os.getcwd())
+if sys.argv[1] == "-m":
+  sys.argv = sys.argv[2:]
+  runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
+else:
+  os.execv({python!r}, [{python!r}, *sys.argv[1:]])
+"""
+
+
+def _fake_tools(tmp_path, compute_caps: str | None) -> dict[str, str]:
+  """Environment with a stand-in trainer and an `nvidia-smi` that lists `compute_caps` (None: it finds no GPU)."""
+  fake = tmp_path / "python"
+  fake.write_text(_FAKE_PYTHON.format(python=sys.executable))
+  fake.chmod(0o755)
+  bin_dir = tmp_path / "bin"
+  bin_dir.mkdir()
+  smi = bin_dir / "nvidia-smi"
+  body = "echo 'NVIDIA-SMI has failed' >&2; exit 9" if compute_caps is None else f"printf '{compute_caps}'"
+  smi.write_text(f"#!/bin/sh\n{body}\n")
+  smi.chmod(0o755)
+  return {"PYTHON": str(fake), "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+
+
+def test_throughput_pair_runs_end_to_end_on_recorded_metrics(tmp_path):
+  out = tmp_path / "out"
+  proc = _script("throughput_pair.sh", "--out", str(out), env=_fake_tools(tmp_path, "10.0\n10.0\n"))
+  assert proc.returncode == 0, proc.stderr
+  assert "warning" not in proc.stderr  # two Blackwell GPUs: no complaint
+  assert "| te_nvfp4 | ok |" in proc.stdout
+  report = read_report(out / "report" / "report.json")
+  (c,) = report.comparisons
+  assert (c.baseline, c.candidate) == ("fp8", "te_nvfp4")
+  assert c.speedup == pytest.approx(2.0) and c.loss_gap.mean_nats == pytest.approx(0.03)
+  assert (out / "report" / "loss.png").is_file()
+
+
+def test_non_zero_rank_writes_its_own_metrics_and_skips_compare(tmp_path):
+  proc = _script("throughput_pair.sh", "--dry-run", "--out", str(tmp_path), env={"NODE_RANK": "1"})
+  assert proc.returncode == 0, proc.stderr
+  cmds = _commands(proc.stdout)
+  assert not any("MaxText.compare" in c for c in cmds)
+  assert _kv(cmds[1])["metrics_file"] == str(tmp_path / "fp8" / "metrics.rank1.jsonl")
+
+
+@pytest.mark.parametrize("script", ["throughput_pair.sh", "convergence_pair.sh"])
+@pytest.mark.parametrize(
+    "caps, message",
+    [(None, "no NVIDIA GPU found"), ("9.0\n", "compute capabilities 9.0 include one below 10.0"),
+     ("10.0\n9.0\n", "compute capabilities 10.0,9.0 include one below 10.0")],
+)  # fmt: skip
+def test_scripts_refuse_hardware_that_cannot_run_the_recipe(tmp_path, script, caps, message):
+  out = tmp_path / "out"
+  data = ["--data-dir", "/data"] if script == "convergence_pair.sh" else []
+  proc = _script(script, *data, "--out", str(out), env=_fake_tools(tmp_path, caps))
+  assert proc.returncode == 2 and message in proc.stderr and "--force runs anyway" in proc.stderr
+  assert proc.stdout == "" and not out.exists()  # refused before anything ran
+
+
+def test_force_runs_anyway_with_a_warning(tmp_path):
+  out = tmp_path / "out"
+  proc = _script("throughput_pair.sh", "--force", "--out", str(out), env=_fake_tools(tmp_path, "9.0\n"))
+  assert proc.returncode == 0, proc.stderr
+  assert "warning: GPU compute capabilities 9.0 include one below 10.0" in proc.stderr
+  assert (out / "report" / "report.json").is_file()
+
+
+@pytest.mark.parametrize("script", ["throughput_pair.sh", "convergence_pair.sh"])
+def test_help_prints_the_usage_block_only(script):
+  proc = _script(script, "--help")
+  assert proc.returncode == 0
+  lines = proc.stdout.splitlines()
+  assert lines[0].startswith("The ") and "Usage: scripts/recipes/" in proc.stdout and "--force" in proc.stdout
+  assert lines[-1].strip().startswith("multi-node:")
+  assert not any(l.startswith(("set -", "source ", "#")) or "Copyright" in l for l in lines)
+
+
+def test_default_python_is_the_project_venv(tmp_path):
+  env = {k: v for k, v in os.environ.items() if k != "PYTHON"}
+  proc = subprocess.run(
+      ["bash", str(SCRIPTS / "throughput_pair.sh"), "--dry-run", "--out", str(tmp_path)], cwd=REPO_ROOT, env=env,
+      capture_output=True, text=True, timeout=120, check=False,
+  )  # fmt: skip
+  assert proc.returncode == 0, proc.stderr
+  venv = REPO_ROOT / ".venv" / "bin" / "python"
+  expected = str(venv) if os.access(venv, os.X_OK) else "python3"
+  assert _commands(proc.stdout)[1][0] == expected

@@ -1,0 +1,178 @@
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
+
+"""setup.sh on a copy in a temp dir with fake interpreters (the real .venv is never touched).
+
+Its interpreter search and arguments; and, with a fake Python whose `-m venv` and `-m pip` only record what they
+were asked, the order and flags of the installs (`--gpu`'s two TE stages, `--venv`, the editable project) and that
+a second run with nothing changed installs nothing. The real installs are exercised by `make test-te`, which builds
+.venv-gpu with `./setup.sh --gpu --venv .venv-gpu`.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import shutil
+import subprocess
+
+import pytest
+
+from tests.helpers import REPO_ROOT
+
+# What setup.sh needs from PATH before it gives up on finding Python; nothing else is visible to it, so no real
+# interpreter on this machine can be found.
+_TOOLS = ("dirname", "cat", "sha256sum", "cut", "ls", "sort", "sed", "rm")
+
+
+def _fake_python(path: pathlib.Path, body: str) -> pathlib.Path:
+  path.write_text(f"#!/bin/sh\n{body}\n", encoding="utf-8")
+  path.chmod(0o755)
+  return path
+
+
+@pytest.fixture()
+def sandbox(tmp_path: pathlib.Path) -> dict[str, pathlib.Path]:
+  """A copy of setup.sh and its requirement files, a PATH of basic tools plus fake interpreters, an empty pyenv."""
+  repo = tmp_path / "repo"
+  repo.mkdir()
+  for name in ("setup.sh", "requirements.txt", "requirements-tfds.txt", "requirements-gpu.txt",
+               "requirements-maxtext-0.2.4.txt", "pyproject.toml"):
+    shutil.copy2(REPO_ROOT / name, repo / name)
+  bin_dir = tmp_path / "bin"
+  bin_dir.mkdir()
+  for tool in _TOOLS:
+    found = shutil.which(tool)
+    assert found, f"test needs {tool} on PATH"
+    (bin_dir / tool).symlink_to(found)
+  # Interpreters that run but are too old, and one that does not run at all.
+  _fake_python(bin_dir / "python3", 'echo "3.11"')
+  _fake_python(bin_dir / "python3.13", 'echo "3.11"')
+  _fake_python(bin_dir / "python3.12", "exit 1")
+  pyenv = tmp_path / "pyenv"
+  (pyenv / "versions").mkdir(parents=True)
+  return {"repo": repo, "bin": bin_dir, "pyenv": pyenv, "home": tmp_path}
+
+
+def _run_setup(sandbox: dict[str, pathlib.Path], *args: str) -> subprocess.CompletedProcess[str]:
+  env = {
+      "PATH": str(sandbox["bin"]),
+      "PYTHON": str(sandbox["bin"] / "python3"),
+      "PYENV_ROOT": str(sandbox["pyenv"]),
+      "HOME": str(sandbox["home"]),
+  }
+  bash = shutil.which("bash")
+  assert bash
+  return subprocess.run(
+      [bash, str(sandbox["repo"] / "setup.sh"), *args], env=env, capture_output=True, text=True, timeout=60, check=False
+  )
+
+
+def test_refuses_python_older_than_3_12(sandbox: dict[str, pathlib.Path]) -> None:
+  real_venv = REPO_ROOT / ".venv"
+  before = real_venv.stat().st_mtime_ns if real_venv.exists() else None
+  proc = _run_setup(sandbox)
+  assert proc.returncode != 0, proc.stdout + proc.stderr
+  assert "no Python >= 3.12 found" in proc.stderr, proc.stderr
+  assert "PYTHON=" in proc.stderr and "Python 3.11" in proc.stderr, proc.stderr  # Says why $PYTHON was skipped.
+  assert "Install Python 3.12" in proc.stderr, proc.stderr  # Says what to do.
+  assert not (sandbox["repo"] / ".venv").exists()
+  assert (real_venv.stat().st_mtime_ns if real_venv.exists() else None) == before
+
+
+def test_rejects_unknown_arguments(sandbox: dict[str, pathlib.Path]) -> None:
+  proc = _run_setup(sandbox, "--cpu")
+  assert proc.returncode == 2
+  assert "unknown argument '--cpu' (valid: --gpu, --venv DIR)" in proc.stderr
+  proc = _run_setup(sandbox, "--venv")
+  assert proc.returncode == 2
+  assert "--venv needs a directory" in proc.stderr
+
+
+# A Python 3.12 that creates venvs by copying itself and logs every pip call (with the TE build variable) to
+# $FAKE_LOG; it answers setup.sh's other one-line questions like a fresh venv without TE would.
+_RECORDING_PYTHON = r"""#!/bin/sh
+case "$1" in
+  -m)
+    case "$2" in
+      venv) mkdir -p "$3/bin" && cp "$0" "$3/bin/python" && exit 0 ;;
+      pip) shift 2; echo "pip NVTE=${NVTE_BUILD_USE_NVIDIA_WHEELS:-} $*" >> "$FAKE_LOG"; exit 0 ;;
+    esac ;;
+  -c)
+    case "$2" in
+      *version_info*) echo "3.12"; exit 0 ;;
+      *sysconfig*) echo "$FAKE_SITE"; exit 0 ;;
+      *importlib.metadata*) exit 1 ;;
+      *transformer_engine*) echo "OSError: libcuda.so.1: cannot open shared object file" >&2; exit 1 ;;
+    esac ;;
+esac
+echo "recording python: unexpected arguments: $*" >&2
+exit 3
+"""
+
+
+@pytest.fixture()
+def recording(sandbox: dict[str, pathlib.Path]) -> dict[str, pathlib.Path]:
+  """The sandbox plus the recording Python as $PYTHON, the tools setup.sh's install path uses, and a fake
+  site-packages with the CUDA 12 runtime wheel's folder (nvidia/cuda_runtime)."""
+  for tool in ("mkdir", "cp", "grep", "mktemp", "tail", "ln", "sha256sum"):
+    link = sandbox["bin"] / tool
+    if not link.exists():
+      found = shutil.which(tool)
+      assert found, f"test needs {tool} on PATH"
+      link.symlink_to(found)
+  python = _fake_python(sandbox["bin"] / "python3.12", _RECORDING_PYTHON.split("\n", 1)[1])
+  site = sandbox["home"] / "site"
+  (site / "nvidia" / "cuda_runtime" / "lib").mkdir(parents=True)
+  return {**sandbox, "python": python, "log": sandbox["home"] / "pip.log", "site": site}
+
+
+def _run_recorded(rec: dict[str, pathlib.Path], *args: str, venv_env: str | None = None) -> tuple[int, str, list[str]]:
+  env = {"PATH": str(rec["bin"]), "PYTHON": str(rec["python"]), "PYENV_ROOT": str(rec["pyenv"]),
+         "HOME": str(rec["home"]), "FAKE_LOG": str(rec["log"]), "FAKE_SITE": str(rec["site"])}
+  if venv_env is not None:
+    env["VENV"] = venv_env
+  rec["log"].unlink(missing_ok=True)
+  proc = subprocess.run([shutil.which("bash") or "bash", str(rec["repo"] / "setup.sh"), *args], env=env,
+                        cwd=rec["home"], capture_output=True, text=True, timeout=60, check=False)
+  calls = rec["log"].read_text(encoding="utf-8").splitlines() if rec["log"].exists() else []
+  return proc.returncode, proc.stdout + proc.stderr, calls
+
+
+def test_gpu_install_order_and_flags(recording: dict[str, pathlib.Path]) -> None:
+  rc, out, calls = _run_recorded(recording, "--gpu", "--venv", "gpu-env")
+  assert rc == 0, out
+  venv = recording["home"] / "gpu-env"  # relative to the current directory
+  assert (venv / "bin" / "python").exists() and (venv / ".setup-stamp").exists(), out
+  repo = recording["repo"]
+  assert len(calls) == 5, calls
+  assert calls[0].endswith(f"install -q --no-deps -r {repo}/requirements.txt"), calls[0]
+  assert calls[1].endswith(f"install -q --no-deps -r {repo}/requirements-tfds.txt"), calls[1]  # into the venv
+  assert calls[2].startswith("pip NVTE= ") and "install -q -r " in calls[2], calls[2]  # stage 1: resolved wheels
+  stage1 = pathlib.Path(calls[2].rsplit(" ", 1)[1])
+  assert not stage1.exists()  # a temp file, removed on exit
+  assert calls[3] == "pip NVTE=1 --disable-pip-version-check install -q --no-build-isolation --no-deps " \
+                     "transformer-engine-jax==2.20.2", calls[3]
+  assert calls[4].endswith(f"install -q --no-deps -e {repo}"), calls[4]
+  assert (recording["site"] / "nvidia" / "cudart").resolve() == recording["site"] / "nvidia" / "cuda_runtime"
+  assert "import transformer_engine.jax fails here" in out and "libcuda.so.1" in out, out
+  assert not (venv / "tfds-site").exists()  # --gpu puts TensorFlow in the venv itself
+
+  rc, out, calls = _run_recorded(recording, "--gpu", venv_env="gpu-env")  # VENV= names the same venv
+  assert rc == 0 and calls == [] and "is up to date" in out, (out, calls)
+
+
+def test_cpu_install_targets_venv_tfds_site_and_maxtext_024_site(recording: dict[str, pathlib.Path]) -> None:
+  rc, out, calls = _run_recorded(recording, venv_env=str(recording["home"] / "cpu-env"))
+  assert rc == 0, out
+  repo, venv = recording["repo"], recording["home"] / "cpu-env"
+  assert [c.split(" install ", 1)[1] for c in calls] == [
+      f"-q --no-deps -r {repo}/requirements.txt",
+      f"-q --no-deps --target {venv}/tfds-site -r {repo}/requirements-tfds.txt",
+      f"-q --no-deps --target {venv}/maxtext-0.2.4-site -r {repo}/requirements-maxtext-0.2.4.txt",
+      f"-q --no-deps -e {repo}",
+  ], calls
+  rc, out, calls = _run_recorded(recording, "--venv", str(venv))
+  assert rc == 0 and calls == [] and "is up to date" in out, (out, calls)
+  (repo / "pyproject.toml").write_text((repo / "pyproject.toml").read_text() + "\n# changed\n")
+  rc, out, calls = _run_recorded(recording, "--venv", str(venv))  # the project changed: lock + project only
+  assert rc == 0 and len(calls) == 2 and calls[1].endswith(f"-e {repo}"), (out, calls)

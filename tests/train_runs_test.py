@@ -1,0 +1,122 @@
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
+"""te_nvfp4 / te_nvfp4_no_rht end to end through maxtext's trainer on CPU (emulated backend).
+
+One module-scoped set of tiny runs (subprocesses, ~3 minutes in all) serves every assertion:
+  fp8       quantization=fp8 (maxtext's own), the reference run
+  nvfp4     te_nvfp4, attention bf16, scan_layers=true
+  no_rht    te_nvfp4_no_rht, attention fp8, scan_layers=false
+  remat     te_nvfp4, scan_layers=false, remat_policy=minimal_with_context_and_quantization
+  resume    te_nvfp4 with checkpoints every 10 steps; the later checkpoints are deleted and the run resumed
+"""
+
+import json
+import math
+import pathlib
+import shutil
+
+import pytest
+
+from tests.helpers import read_losses, train_cli
+
+STEPS = 20
+RESUME_FROM = 10
+#: Final-loss bound against the fp8 run (nats). Measured on this tiny model at 25 steps: te_nvfp4 +0.15.
+FINAL_GAP_BOUND = 0.35
+
+_RUNS = {
+    "fp8": ["quantization=fp8"],
+    "nvfp4": ["quantization=te_nvfp4", "nvfp4_backend=emulated"],
+    "no_rht": ["quantization=te_nvfp4_no_rht", "nvfp4_attention_precision=fp8", "scan_layers=false"],
+    "remat": ["quantization=te_nvfp4", "scan_layers=false", "remat_policy=minimal_with_context_and_quantization"],
+}
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, jax_cache_dir) -> dict[str, pathlib.Path]:
+  """Trains every configuration once; returns run name -> output dir (metrics in <dir>/metrics.jsonl)."""
+  root = tmp_path_factory.mktemp("nvfp4_runs")
+  out = {}
+  for name, overrides in _RUNS.items():
+    run_dir = root / name
+    run_dir.mkdir()
+    result = train_cli([f"run_name={name}", f"base_output_directory={root}", f"steps={STEPS}",
+                        f"metrics_file={run_dir / 'metrics.jsonl'}", *overrides], jax_cache_dir)
+    assert result.returncode == 0, f"{name}: {result.stderr[-4000:]}"
+    (run_dir / "stdout.txt").write_text(result.stdout + result.stderr)
+    out[name] = run_dir
+  return out
+
+
+def _plan(run_dir: pathlib.Path) -> dict[str, str]:
+  plan = json.loads((run_dir / "precision_plan.json").read_text())
+  return {g["module"].split("/")[-1]: g["precision"] for g in plan["gemms"]}
+
+
+@pytest.mark.parametrize("name", ["nvfp4", "no_rht", "remat"])
+def test_loss_falls_and_tracks_fp8(runs, name):
+  losses = read_losses(runs[name] / "metrics.jsonl")
+  fp8 = read_losses(runs["fp8"] / "metrics.jsonl")
+  assert len(losses) == STEPS and all(math.isfinite(x) for x in losses), losses
+  assert losses[-1] < 0.7 * losses[0], losses
+  assert abs(losses[-1] - fp8[-1]) < FINAL_GAP_BOUND, (losses[-1], fp8[-1])
+
+
+def test_same_initial_weights_as_fp8(runs):
+  """fp8 and te_nvfp4 both hold a quant object per DenseGeneral, so init is identical: step-0 losses agree."""
+  assert abs(read_losses(runs["nvfp4"] / "metrics.jsonl")[0] - read_losses(runs["fp8"] / "metrics.jsonl")[0]) < 0.02
+
+
+@pytest.mark.parametrize("name,attention", [("nvfp4", "bf16"), ("no_rht", "fp8"), ("remat", "bf16")])
+def test_precision_plan_file_and_table(runs, name, attention):
+  plan = _plan(runs[name])
+  assert {plan[m] for m in ("wi_0", "wi_1", "wo")} == {"nvfp4"}, plan
+  assert {plan[m] for m in ("query", "key", "value", "out")} == {attention}, plan
+  assert "logits_dense" not in plan  # maxtext gives the logits projection no quant object
+  log = (runs[name] / "stdout.txt").read_text()
+  assert "NVFP4 precision plan (emulated backend" in log and "decoder/" in log and "mlp/wi_0" in log
+  assert "nvfp4_backend=auto -> emulated" in log or name == "nvfp4"
+
+
+def test_unscanned_plan_has_one_entry_per_layer(runs):
+  modules = [g["module"] for g in json.loads((runs["no_rht"] / "precision_plan.json").read_text())["gemms"]]
+  assert any("layers_0/" in m for m in modules) and any("layers_1/" in m for m in modules), modules
+  assert json.loads((runs["no_rht"] / "precision_plan.json").read_text())["recipe"]["rht"] is False
+
+
+def test_reproducible_and_resume_is_bit_identical(runs, tmp_path, jax_cache_dir):
+  """A fresh run repeats the nvfp4 run's losses exactly; a run resumed from a checkpoint continues exactly."""
+  common = ["quantization=te_nvfp4", "nvfp4_backend=emulated", f"steps={STEPS}", "enable_checkpointing=true",
+            f"checkpoint_period={RESUME_FROM}", "async_checkpointing=false", f"base_output_directory={tmp_path}", "run_name=ck"]
+  first = train_cli([*common, f"metrics_file={tmp_path / 'first.jsonl'}"], jax_cache_dir)
+  assert first.returncode == 0, first.stderr[-4000:]
+  full = read_losses(tmp_path / "first.jsonl")
+  assert full == read_losses(runs["nvfp4"] / "metrics.jsonl")  # same seed -> same SR keys -> same losses
+
+  checkpoints = tmp_path / "ck" / "checkpoints"
+  saved = sorted(int(p.name) for p in checkpoints.iterdir() if p.name.isdigit())
+  assert RESUME_FROM in saved, saved
+  for step in saved:
+    if step > RESUME_FROM:
+      shutil.rmtree(checkpoints / str(step))
+  resumed = train_cli([*common, f"metrics_file={tmp_path / 'resumed.jsonl'}"], jax_cache_dir)
+  assert resumed.returncode == 0, resumed.stderr[-4000:]
+  rows = [json.loads(line) for line in (tmp_path / "resumed.jsonl").read_text().splitlines() if line.strip()]
+  resumed_losses = {int(r["step"]): float(r["learning/loss"]) for r in rows}
+  # Checkpoint N holds the state after step N, so the resumed run starts at step N + 1.
+  assert min(resumed_losses) == RESUME_FROM + 1, sorted(resumed_losses)
+  assert [resumed_losses[s] for s in range(RESUME_FROM + 1, STEPS)] == full[RESUME_FROM + 1:]
+
+
+def test_fsdp_sharded_over_four_devices_tracks_the_single_device_run(runs, tmp_path, jax_cache_dir):
+  """Weights and activations sharded (FSDP over 4 simulated CPU devices): global amaxes, same losses."""
+  result = train_cli(["quantization=te_nvfp4", "nvfp4_backend=emulated", f"steps={STEPS}", "ici_fsdp_parallelism=4",
+                      "per_device_batch_size=1", f"base_output_directory={tmp_path}", "run_name=fsdp",
+                      f"metrics_file={tmp_path / 'fsdp.jsonl'}"], jax_cache_dir,
+                     env={"XLA_FLAGS": "--xla_force_host_platform_device_count=4"})
+  assert result.returncode == 0, result.stderr[-4000:]
+  sharded = read_losses(tmp_path / "fsdp.jsonl")
+  single = read_losses(runs["nvfp4"] / "metrics.jsonl")  # the same global batch (4 x 1 = 4 sequences)
+  assert abs(sharded[0] - single[0]) < 1e-3  # same weights, same data
+  assert max(abs(a - b) for a, b in zip(sharded, single)) < 0.1, (sharded, single)
