@@ -11,6 +11,7 @@ import dataclasses
 import json
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 import time
@@ -110,3 +111,24 @@ def train_cli(
   seconds = time.monotonic() - start
   print(f"[{seconds:.1f}s] python {' '.join(args)}")
   return Run(proc.returncode, proc.stdout, proc.stderr, seconds)
+
+
+def resumed_losses(root: pathlib.Path, run_name: str, keep_through: int, overrides: list[str],
+                   jax_cache_dir: pathlib.Path) -> dict[int, float]:
+  """Resumes run `run_name` under `root` from its checkpoint of step `keep_through` (later ones are deleted) with
+  `overrides`; returns the resumed run's step -> loss (checkpoint N holds the state after step N, so it starts at
+  N + 1). Why here: resume is checked in several layouts, each against its own straight run."""
+  checkpoints = root / run_name / "checkpoints"
+  saved = sorted(int(p.name) for p in checkpoints.iterdir() if p.name.isdigit())
+  assert keep_through in saved, saved
+  for step in saved:
+    if step > keep_through:
+      shutil.rmtree(checkpoints / str(step))
+  metrics = root / f"{run_name}-resumed.jsonl"
+  run = train_cli([f"run_name={run_name}", f"base_output_directory={root}", f"metrics_file={metrics}", *overrides],
+                  jax_cache_dir)
+  assert run.returncode == 0, run.stderr[-4000:]
+  rows = [json.loads(line) for line in metrics.read_text(encoding="utf-8").splitlines() if line.strip()]
+  resumed = {int(r["step"]): float(r["learning/loss"]) for r in rows}
+  assert min(resumed) == keep_through + 1, sorted(resumed)
+  return resumed

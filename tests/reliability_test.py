@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
 
 import pytest
 
-from tests.helpers import REPO_ROOT, TINY_YML, read_losses, train_cli
+from tests.helpers import REPO_ROOT, TINY_YML, read_losses, resumed_losses, train_cli
 
 pytestmark = pytest.mark.slow
 
@@ -100,17 +99,10 @@ def test_two_processes_through_jax_distributed_track_one_process(layouts, tmp_pa
                          ids=["async_scan_off", "async_grad_accum"])
 def test_resume_is_bit_identical(tmp_path, jax_cache_dir, extra) -> None:
   """A run resumed from its step-4 checkpoint repeats the straight run's later losses exactly."""
-  common = [*_NVFP4, "enable_checkpointing=true", "checkpoint_period=4", f"base_output_directory={tmp_path}",
-            "run_name=ck", *extra]
-  straight = train_cli([*common, f"metrics_file={tmp_path / 'straight.jsonl'}"], jax_cache_dir)
+  common = [*_NVFP4, "enable_checkpointing=true", "checkpoint_period=4", *extra]
+  straight = train_cli([*common, f"base_output_directory={tmp_path}", "run_name=ck",
+                        f"metrics_file={tmp_path / 'straight.jsonl'}"], jax_cache_dir)
   assert straight.returncode == 0, straight.stderr[-4000:]
   full = read_losses(tmp_path / "straight.jsonl")
-  checkpoints = tmp_path / "ck" / "checkpoints"
-  for p in checkpoints.iterdir():
-    if p.name.isdigit() and int(p.name) > 4:
-      shutil.rmtree(p)
-  resumed = train_cli([*common, f"metrics_file={tmp_path / 'resumed.jsonl'}"], jax_cache_dir)
-  assert resumed.returncode == 0, resumed.stderr[-4000:]
-  rows = [json.loads(line) for line in (tmp_path / "resumed.jsonl").read_text().splitlines() if line.strip()]
-  after = {int(r["step"]): float(r["learning/loss"]) for r in rows}
+  after = resumed_losses(tmp_path, "ck", 4, common, jax_cache_dir)
   assert [after[s] for s in range(5, STEPS)] == full[5:], (after, full)

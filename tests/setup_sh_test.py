@@ -10,7 +10,6 @@ a second run with nothing changed installs nothing. The real installs are exerci
 
 from __future__ import annotations
 
-import os
 import pathlib
 import shutil
 import subprocess

@@ -10,7 +10,7 @@ losses of single batches swing far more than these bands (see the report's raw g
 
 from __future__ import annotations
 
-from MaxText.compare.schema import Comparison, LossGap, RunSummary, Settings, Status, Step0, Verdict, VerdictLevel
+from MaxText.compare.schema import LossGap, RunSummary, Settings, Status, Step0, Verdict, VerdictLevel
 
 #: The config key for the action the paper takes when NVFP4 drifts: the final transformer blocks in BF16.
 BF16_LAST_LAYERS_KEY = "nvfp4_bf16_last_layers"

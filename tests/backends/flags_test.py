@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import pathlib
-import shutil
 
 import jax
 import jax.numpy as jnp
@@ -16,7 +15,7 @@ from MaxText.backends import flags
 from MaxText.precision import switches as sw
 from MaxText.backends.emulated import Nvfp4DotGeneral
 from MaxText.nvfp4.gemm import GemmRecipe
-from tests.helpers import read_losses, train_cli
+from tests.helpers import read_losses, resumed_losses, train_cli
 
 _DIMS = (((1,), (0,)), ((), ()))
 
@@ -162,15 +161,7 @@ def test_late_switch_through_the_trainer_and_across_a_resume(tmp_path, jax_cache
   assert forward[:SWITCH] == pure[:SWITCH] and forward[SWITCH] != pure[SWITCH]
   assert forward[SWITCH] == late[SWITCH]  # the forward pass alone makes the loss of the switch step
 
-  checkpoints = tmp_path / "late" / "checkpoints"
-  for step in [int(p.name) for p in checkpoints.iterdir() if p.name.isdigit()]:
-    if step > 2:
-      shutil.rmtree(checkpoints / str(step))
-  run = train_cli(["run_name=late", f"base_output_directory={tmp_path}", f"metrics_file={tmp_path}/resumed.jsonl",
-                   *_COMMON, f"nvfp4_bf16_from_step={SWITCH}", *ck], jax_cache_dir)
-  assert run.returncode == 0, run.stderr[-4000:]
-  rows = [json.loads(line) for line in (tmp_path / "resumed.jsonl").read_text().splitlines() if line.strip()]
-  resumed = {int(r["step"]): float(r["learning/loss"]) for r in rows}
+  resumed = resumed_losses(tmp_path, "late", 2, [*_COMMON, f"nvfp4_bf16_from_step={SWITCH}", *ck], jax_cache_dir)
   assert [resumed[s] for s in range(3, STEPS)] == late[3:], (resumed, late)
 
 

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from MaxText.backends.emulated import Nvfp4DotGeneral
-from MaxText.backends.sr import SR_COUNT_COLLECTION, SR_COUNT_NAME
+from MaxText.backends.sr import SR_COUNT_NAME
 from MaxText.nvfp4.gemm import GemmRecipe
 from tests.helpers import REPO_ROOT, TINY_YML
 

@@ -47,3 +47,10 @@ def test_resume_under_another_mode_is_logged_and_recorded(tmp_path, jax_cache_di
   assert log.count("NVFP4: resuming") == 1 and "quantization: 'te_nvfp4' -> 'fp8'" in log, log[-3000:]
   changes = [json.loads(x) for x in (tmp_path / "ck" / run_record.CHANGES_FILE).read_text().splitlines()]
   assert changes[0]["changed"]["quantization"] == {"old": "te_nvfp4", "new": "fp8"}
+
+
+def test_a_run_that_is_not_nvfp4_writes_nothing_of_ours(tmp_path) -> None:
+  """maxtext's other modes keep their promises: a read-only or shared output directory gets no file of ours."""
+  assert run_record.note_resume(_config(tmp_path, quantization="fp8")) is None
+  assert run_record.note_resume(_config(tmp_path, quantization="")) is None
+  assert not (tmp_path / "r").exists()
