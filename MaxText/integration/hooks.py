@@ -92,9 +92,8 @@ def wrap_maybe_quantize_model(original: Callable[..., Any]) -> Callable[..., Any
   def maybe_quantize_model(*args: Any, **kwargs: Any) -> Any:
     config = signature.bind(*args, **kwargs).arguments["config"]
     model = original(*args, **kwargs)
-    settings = Settings.from_config(config)
-    if settings.nvfp4:
-      if settings.switches.per_layer:
+    if is_nvfp4(getattr(config, "quantization", None)):  # other modes: nothing of ours, nothing read
+      if Settings.from_config(config).switches.per_layer:
         layers.assign_layer_indices(model, int(getattr(config, "first_num_dense_layers", 0) or 0))
       directory = run_record.current_training_run()
       if directory is not None:  # the plan file and table come from training runs only

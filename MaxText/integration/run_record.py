@@ -68,10 +68,11 @@ def note_resume(config: Any) -> dict[str, Any] | None:
   settings = Settings.from_config(config)
   now = dict(settings.record)
   record = directory / RECORD_FILE
+  recorded = record.exists()
   change = None
-  if not settings.nvfp4 and not record.exists():  # neither an NVFP4 run nor the resume of one: nothing of ours
+  if not settings.nvfp4 and not recorded:  # neither an NVFP4 run nor the resume of one: nothing of ours
     return None
-  if record.exists() and _has_checkpoint(directory):
+  if recorded and _has_checkpoint(directory):
     before = json.loads(record.read_text())
     changed = {k: {"old": before.get(k), "new": v} for k, v in now.items() if before.get(k) != v}
     changed.update({k: {"old": v, "new": None} for k, v in before.items() if k not in now})

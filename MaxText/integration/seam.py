@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 __all__ = ["HOOKS", "Hook", "IncompatibleMaxText", "SUPPORTED_MAXTEXT", "check", "install_cli_error_handler",
-           "is_registered", "register"]
+           "is_registered", "register", "resolve"]
 
 #: maxtext releases this plugin is tested against (pyproject's requirement; CI trains a tiny run on each).
 SUPPORTED_MAXTEXT = ("0.2.4", "0.2.5")
@@ -98,7 +98,7 @@ class IncompatibleMaxText(RuntimeError):
   """The installed maxtext lacks a symbol the plugin wraps, or its signature changed."""
 
 
-def _resolve(target: str) -> tuple[Any, str, Any]:
+def resolve(target: str) -> tuple[Any, str, Any]:
   """(owner object, attribute name, current value) of "module:attr" or "module:Class.attr"."""
   module_name, _, path = target.partition(":")
   owner: Any = importlib.import_module(module_name)
@@ -118,7 +118,7 @@ def _maxtext_version() -> str:
 def _problem(target: str, params: tuple[str, ...]) -> str | None:
   """What is wrong with one hooked symbol in the installed maxtext/jax, or None."""
   try:
-    _, _, value = _resolve(target)
+    _, _, value = resolve(target)
   except (ImportError, AttributeError) as e:
     return f"{target} is missing ({type(e).__name__}: {e})"
   try:
@@ -152,7 +152,7 @@ def _install(hook: Hook, make_wrapper: Callable[[Callable[..., Any]], Callable[.
     module_name, _, function = hook.wrapper.partition(":")
     make_wrapper = getattr(importlib.import_module(module_name), function)
   for target in hook.targets:
-    owner, name, original = _resolve(target)
+    owner, name, original = resolve(target)
     if not getattr(original, _MARK, False):
       wrapper = make_wrapper(original)
       setattr(wrapper, _MARK, True)

@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 
 from MaxText.backends.flags import step_scope
+from MaxText.precision.modes import is_nvfp4
 from MaxText.precision.settings import Settings
 
 __all__ = ["wrap_iteration", "wrap_step"]
@@ -67,7 +68,7 @@ def wrap_iteration(iteration: Callable[..., Any]) -> Callable[..., Any]:
   def wrapped(*args: Any, **kwargs: Any) -> Any:
     bound = signature.bind(*args, **kwargs).arguments
     config = bound["immutable_data"].get("config")
-    if config is not None:
+    if is_nvfp4(getattr(config, "quantization", None)):  # once per step, host side: other modes pay nothing
       _log_when_reached(Settings.from_config(config), int(bound["python_vars"]["step"]))
     return iteration(*args, **kwargs)
 
@@ -76,8 +77,6 @@ def wrap_iteration(iteration: Callable[..., Any]) -> Callable[..., Any]:
 
 def _log_when_reached(settings: Settings, step: int) -> None:
   """Logs, once per process and switch, that training reached a switch step (at it, or resumed past it)."""
-  if not settings.nvfp4:
-    return
   switches = settings.switches
   for key, at, what in (("nvfp4_bf16_from_step", switches.from_step, "all NVFP4 GEMMs (forward and backward)"),
                         ("nvfp4_bf16_forward_from_step", switches.forward_from_step, "the forward NVFP4 GEMMs")):

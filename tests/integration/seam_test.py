@@ -23,19 +23,10 @@ from maxtext.kernels import megablox
 from maxtext.trainers.pre_train import train as maxtext_train
 
 
-def _owner_and_value(target: str):
-  module, _, path = target.partition(":")
-  owner = importlib.import_module(module)
-  *parents, name = path.split(".")
-  for parent in parents:
-    owner = getattr(owner, parent)
-  return owner, getattr(owner, name)
-
-
 def test_every_register_hook_is_installed_and_wraps_maxtexts_function():
   for hook in seam.HOOKS:
     for target in hook.targets:
-      _, value = _owner_and_value(target)
+      _, _, value = seam.resolve(target)
       installed = getattr(value, "_nvfp4_plugin_wrapper", False)
       assert installed == (hook.when == "register"), target  # the cli and moe-call entries are not installed here
       if installed:
