@@ -62,7 +62,9 @@ def layer_flag(module: Any, switches: Switches) -> jax.Array | None:
   if not switches.per_layer:
     return None
   index = module.variable(LAYER_COLLECTION, LAYER_NAME, lambda: jnp.full((), UNASSIGNED, jnp.int32)).value
-  return (index >= 0) & ((index < switches.first_layers) | (index >= switches.num_layers - switches.last_layers))
+  edge = (index < switches.first_layers) | (index >= switches.num_layers - switches.last_layers)
+  named = jnp.isin(index, jnp.asarray(switches.layers, jnp.int32)) if switches.layers else False
+  return (index >= 0) & (edge | named)
 
 
 def gemm_flags(module: Any, switches: Switches) -> tuple[jax.Array | None, jax.Array | None]:

@@ -84,6 +84,11 @@ class NVFP4Config(types.MaxTextConfig):
       0,
       description="The last N decoder layers run their MLP GEMMs in BF16 (the paper: the last 8 of 62 blocks).",
   )
+  nvfp4_bf16_layers: list[int] = Field(
+      [],
+      description="Decoder layers (0-based indices) whose MLP GEMMs (dense and experts) run in BF16, on top of the"
+      " first/last layers: steer single layers that the nvfp4/ statistics show losing most. [] : none.",
+  )
   nvfp4_bf16_from_step: int | None = Field(
       None,
       description="From this training step on (maxtext's step: the step number in the metrics; 0 is the first"
@@ -137,15 +142,22 @@ class NVFP4Config(types.MaxTextConfig):
     if first + last > layers:
       raise ValueError(f"nvfp4_bf16_first_layers={first} + nvfp4_bf16_last_layers={last} exceeds the "
                        f"{layers} decoder layers (num_decoder_layers={layers}); keep their sum at most {layers}.")
-    if switches.per_layer and settings.mlp.value == "nvfp4" and first + last == layers:
-      raise ValueError(f"quantization={mode} with nvfp4_bf16_first_layers={first} + nvfp4_bf16_last_layers={last} "
-                       f"= all {layers} decoder layers puts no GEMM in NVFP4; lower them, or set "
-                       "nvfp4_mlp_precision=bf16 for an all-BF16 baseline.")
+    named = list(switches.layers)
+    if (outside := [i for i in named if not 0 <= i < layers]):
+      raise ValueError(f"nvfp4_bf16_layers={named}: layer {outside[0]} is outside [0, {layers}) (num_decoder_layers="
+                       f"{layers}); name decoder layers 0 to {layers - 1}.")
+    if len(set(named)) != len(named):
+      repeated = sorted({i for i in named if named.count(i) > 1})
+      raise ValueError(f"nvfp4_bf16_layers={named} names layer {repeated[0]} more than once; name each layer once.")
+    if switches.per_layer and settings.mlp.value == "nvfp4" and switches.bf16_layer_count() == layers:
+      raise ValueError(f"quantization={mode} with nvfp4_bf16_first_layers={first}, nvfp4_bf16_last_layers={last} "
+                       f"and nvfp4_bf16_layers={named} = all {layers} decoder layers puts no GEMM in NVFP4; "
+                       "steer fewer layers, or set nvfp4_mlp_precision=bf16 for an all-BF16 baseline.")
     if switches.from_step == 0:
       raise ValueError(f"quantization={mode} with nvfp4_bf16_from_step=0 runs every GEMM in BF16 from the first "
                        "step: no GEMM is NVFP4. Use a later step, or nvfp4_mlp_precision=bf16 for a BF16 baseline.")
     if switches.any and getattr(self, "using_pipeline_parallelism", False):
-      raise ValueError("nvfp4_bf16_first_layers/last_layers/from_step/forward_from_step are not supported with "
+      raise ValueError("nvfp4_bf16_first_layers/last_layers/layers/from_step/forward_from_step are not supported with "
                        "pipeline parallelism (ici/dcn_pipeline_parallelism > 1); unset them or the pipeline.")
 
 

@@ -66,7 +66,7 @@ def note_resume(config: Any) -> dict[str, Any] | None:
   """Compares this run's settings with the run directory's record; logs and records a change. Returns the change."""
   directory = epath.Path(run_dir(config))
   settings = Settings.from_config(config)
-  now = dict(settings.record)
+  now = json.loads(json.dumps(dict(settings.record)))  # as the record file holds it (lists, not tuples)
   record = directory / RECORD_FILE
   recorded = record.exists()
   change = None

@@ -31,6 +31,11 @@ def _keys(config: Any) -> dict[str, Any]:
   return dict(vars(config))
 
 
+def _frozen(value: Any) -> Any:
+  """A list key (nvfp4_bf16_layers) as a tuple, so Settings stays hashable."""
+  return tuple(value) if isinstance(value, list) else value
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Settings:
   """What the plugin does for one config. Hashable: Linen modules and caches may hold it.
@@ -80,7 +85,7 @@ class Settings:
     keys = _keys(config)
     quantization = plain(keys.get("quantization"))
     ours = {k: keys[k] for k in sorted(keys) if k.startswith(KEY_PREFIX)}
-    record = tuple((k, getattr(v, "value", v)) for k, v in ours.items()) + (("quantization", quantization),)
+    record = tuple((k, _frozen(getattr(v, "value", v))) for k, v in ours.items()) + (("quantization", quantization),)
     if quantization not in NVFP4_MODES and "nvfp4_backend" not in ours:
       # A config loaded without the plugin's class (it is not an NVFP4 run): the plugin does nothing with it.
       return cls(quantization=quantization, record=record)
@@ -95,6 +100,7 @@ class Settings:
                           weight_2d=bool(ours["nvfp4_2d_weight_scaling"])),
         switches=Switches(first_layers=int(ours["nvfp4_bf16_first_layers"] or 0),
                           last_layers=int(ours["nvfp4_bf16_last_layers"] or 0),
+                          layers=tuple(int(i) for i in ours.get("nvfp4_bf16_layers") or ()),
                           num_layers=int(keys.get("num_decoder_layers") or 0),
                           from_step=ours["nvfp4_bf16_from_step"],
                           forward_from_step=ours["nvfp4_bf16_forward_from_step"]),

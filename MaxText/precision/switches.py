@@ -19,17 +19,18 @@ __all__ = ["Switches", "layer_precisions", "summary"]
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Switches:
-  """The four nvfp4_bf16_* keys, with the layer count they refer to; hashable so Linen modules can hold it."""
+  """The five nvfp4_bf16_* keys, with the layer count they refer to; hashable so Linen modules can hold it."""
 
   first_layers: int = 0
   last_layers: int = 0
+  layers: tuple[int, ...] = ()  # nvfp4_bf16_layers: single decoder layers steered to BF16 (0-based)
   num_layers: int = 0
   from_step: int | None = None
   forward_from_step: int | None = None
 
   @property
   def per_layer(self) -> bool:
-    return bool(self.first_layers or self.last_layers)
+    return bool(self.first_layers or self.last_layers or self.layers)
 
   @property
   def any(self) -> bool:
@@ -37,10 +38,15 @@ class Switches:
 
   def bf16_layer(self, index: int) -> bool:
     """Whether decoder layer `index` (0-based) runs its MLP GEMMs in BF16."""
-    return index < self.first_layers or index >= self.num_layers - self.last_layers
+    return index < self.first_layers or index >= self.num_layers - self.last_layers or index in self.layers
+
+  def bf16_layer_count(self) -> int:
+    """How many decoder layers run their MLP GEMMs in BF16 (first, last and named layers together)."""
+    return sum(self.bf16_layer(i) for i in range(self.num_layers))
 
   def describe(self) -> dict[str, Any]:
     return {"bf16_first_layers": self.first_layers, "bf16_last_layers": self.last_layers,
+            "bf16_layers": list(self.layers),
             "bf16_from_step": self.from_step, "bf16_forward_from_step": self.forward_from_step}
 
 

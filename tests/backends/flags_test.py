@@ -78,6 +78,17 @@ def test_bf16_layers_run_the_unquantized_gemm_forward_and_backward() -> None:
           [({"layer": layer}, (y_bf16, g_bf16) if layer in (0, 3) else (y_fp4, g_fp4)) for layer in range(4)])
 
 
+def test_named_bf16_layers_combine_with_edge_layers() -> None:
+  """nvfp4_bf16_layers=[2] with last=1 of 5 layers: layers 2 and 4 are BF16, the rest NVFP4; -1 (not a decoder
+  layer GEMM) stays NVFP4."""
+  x, w, dy = _operands()
+  bf16, fp4 = _bf16(x, w, dy), _run(sw.Switches())
+  switches = sw.Switches(last_layers=1, layers=(2,), num_layers=5)
+  _expect(switches, [({"layer": layer}, bf16 if layer in (2, 4) else fp4) for layer in (-1, 0, 1, 2, 3, 4)])
+  assert sw.layer_precisions(switches, "nvfp4") == ["nvfp4", "nvfp4", "bf16", "nvfp4", "bf16"]
+  assert sw.layer_precisions(sw.Switches(layers=(1,), num_layers=3), "nvfp4") == ["nvfp4", "bf16", "nvfp4"]
+  assert sw.summary(switches, "nvfp4") == "MLP GEMMs per decoder layer: 0-1: nvfp4, 2: bf16, 3: nvfp4, 4: bf16"
+
 def test_late_switch_from_step_changes_all_gemms_at_the_step() -> None:
   x, w, dy = _operands()
   y_bf16, g_bf16 = _bf16(x, w, dy)
@@ -167,22 +178,26 @@ def test_late_switch_through_the_trainer_and_across_a_resume(tmp_path, jax_cache
 
 @pytest.mark.slow
 def test_bf16_edge_layers_scanned_and_unscanned(tmp_path, jax_cache_dir) -> None:
-  """first=1, last=1 of 4 layers: the plan says so per layer; scanned and unscanned train alike.
+  """first=1, last=1 of 4 layers (scanned), and first=1 with nvfp4_bf16_layers=[3] (unscanned): the same layers in
+  BF16 both ways; the plan says so per layer; scanned and unscanned train alike.
 
   Tolerance: maxtext draws the initial weights differently for a scanned stack (one rng fork per layer inside a
   scan) and for separate layers, so the two runs start from different weights. Measured here: step-0 losses
   6.081 vs 6.117 (0.036 nats apart), every later step within 0.04. Bounds: 0.05 at step 0, 0.1 after.
   """
-  edges = ["base_num_decoder_layers=4", "nvfp4_bf16_first_layers=1", "nvfp4_bf16_last_layers=1"]
-  scanned, log = _train(tmp_path, "scanned", jax_cache_dir, *edges, "scan_layers=true")
-  unscanned, _ = _train(tmp_path, "unscanned", jax_cache_dir, *edges, "scan_layers=false")
+  common = ["base_num_decoder_layers=4", "nvfp4_bf16_first_layers=1"]
+  scanned, log = _train(tmp_path, "scanned", jax_cache_dir, *common, "nvfp4_bf16_last_layers=1", "scan_layers=true")
+  unscanned, log2 = _train(tmp_path, "unscanned", jax_cache_dir, *common, "nvfp4_bf16_layers=[3]", "scan_layers=false")
   assert abs(scanned[0] - unscanned[0]) < 0.05, (scanned, unscanned)
   assert max(abs(a - b) for a, b in zip(scanned, unscanned)) < 0.1, (scanned, unscanned)
   for name in ("scanned", "unscanned"):
     plan = json.loads((tmp_path / name / "precision_plan.json").read_text())
     assert plan["decoder_layers_mlp"] == ["bf16", "nvfp4", "nvfp4", "bf16"], plan
-    assert plan["switches"]["bf16_first_layers"] == 1 and plan["switches"]["bf16_last_layers"] == 1
-  assert "MLP GEMMs per decoder layer: 0: bf16, 1-2: nvfp4, 3: bf16" in log
+    assert plan["switches"]["bf16_first_layers"] == 1
+  assert json.loads((tmp_path / "unscanned" / "precision_plan.json").read_text())["switches"]["bf16_layers"] == [3]
+  assert json.loads((tmp_path / "unscanned" / "nvfp4_run.json").read_text())["nvfp4_bf16_layers"] == [3]
+  for text in (log, log2):
+    assert "MLP GEMMs per decoder layer: 0: bf16, 1-2: nvfp4, 3: bf16" in text
 
 
 def test_paper_recipe_variants_differ_from_nvidias_recipe_only_in_the_switches() -> None:

@@ -312,6 +312,12 @@ def test_gemm_dims_nvfp4_cannot_block_fail_at_load(overrides: list[str], expecte
         (["nvfp4_bf16_first_layers=2", "nvfp4_bf16_last_layers=1"],
          "nvfp4_bf16_first_layers=2 + nvfp4_bf16_last_layers=1 exceeds the 2 decoder layers"),
         (["nvfp4_bf16_first_layers=1", "nvfp4_bf16_last_layers=1"], "= all 2 decoder layers puts no GEMM in NVFP4"),
+        (["nvfp4_bf16_layers=[2]"], "nvfp4_bf16_layers=[2]: layer 2 is outside [0, 2) (num_decoder_layers=2)"),
+        (["nvfp4_bf16_layers=[-1]"], "nvfp4_bf16_layers=[-1]: layer -1 is outside [0, 2)"),
+        (["nvfp4_bf16_layers=[1, 1]"], "nvfp4_bf16_layers=[1, 1] names layer 1 more than once"),
+        # Named layers count together with first/last: [1] with first=1 leaves no NVFP4 layer of 2.
+        (["nvfp4_bf16_layers=[1]", "nvfp4_bf16_first_layers=1"],
+         "and nvfp4_bf16_layers=[1] = all 2 decoder layers puts no GEMM in NVFP4"),
         (["nvfp4_bf16_from_step=0"], "nvfp4_bf16_from_step=0 runs every GEMM in BF16 from the first step"),
         (["nvfp4_bf16_forward_from_step=-2"], "nvfp4_bf16_forward_from_step=-2 is negative"),
         (["shard_mode=explicit"], "quantization=te_nvfp4 with shard_mode=explicit"),
@@ -323,5 +329,6 @@ def test_bad_recipe_keys_fail_at_load(overrides: list[str], expected: str) -> No
 
 def test_recipe_keys_load() -> None:
   config = _load(TINY_YML, "quantization=te_nvfp4", "nvfp4_bf16_last_layers=1", "nvfp4_bf16_from_step=10",
-                 "nvfp4_bf16_forward_from_step=5")
+                 "nvfp4_bf16_forward_from_step=5", "base_num_decoder_layers=3", "nvfp4_bf16_layers=[0]")
+  assert config.nvfp4_bf16_layers == [0]
   assert (config.nvfp4_bf16_last_layers, config.nvfp4_bf16_from_step, config.nvfp4_bf16_forward_from_step) == (1, 10, 5)
