@@ -1,0 +1,84 @@
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
+"""How much one NVFP4 quantization loses: amax, underflow, relative error and subnormal block scales.
+
+Why in the numerics layer: the statistics must describe the operands the GEMM really sees, so they are computed
+by the same encoding (`quantize._encode`: RHT, tensor scale, E4M3 block scales, the kernels' f32 order) that
+`quantize` and the GEMM use, then read off before and after the E2M1 rounding. They are therefore exact with
+respect to TransformerEngine's quantizer, which ours equals bit for bit.
+
+Rounding: always round-to-nearest-even. Operands that the recipe rounds stochastically (the output gradient dY)
+get the statistics of their nearest rounding: stochastic rounding is unbiased, its error is larger than
+nearest's by design (about sqrt(2) in rms), and a statistic that depended on the random bits would not be
+reproducible across runs that differ only in logging.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from MaxText.nvfp4 import hadamard
+from MaxText.nvfp4.formats import TENSOR_SCALE_RANGE, round_to_e2m1_grid
+from MaxText.nvfp4.quantize import Scaling, _blocked, _check_input, _encode
+
+__all__ = ["STAT_NAMES", "SUBNORMAL_SCALE", "quantization_stats"]
+
+#: The statistics, in the order `quantization_stats` returns them (and stacked arrays of them are laid out).
+STAT_NAMES = ("amax", "underflow", "rel_error", "subnormal_scales")
+
+#: Smallest normal E4M3 value: a block scale below it (or 0) has lost precision to the format's subnormal range.
+SUBNORMAL_SCALE = np.float32(2.0**-6)
+
+
+def _fraction(hits: jax.Array, of: jax.Array) -> jax.Array:
+  """sum(hits & of) / sum(of) as float32; 0 where `of` selects nothing."""
+  count = jnp.sum(of, dtype=jnp.float32)
+  return jnp.where(count > 0, jnp.sum(hits & of, dtype=jnp.float32) / jnp.maximum(count, 1.0), np.float32(0.0))
+
+
+def quantization_stats(
+    x: jax.Array, *, scaling: Scaling | str = "1d", rht: bool = False, axis: int = -1
+) -> dict[str, jax.Array]:
+  """Statistics of quantize(x, scaling, rht) with nearest rounding: float32 scalars, jit-able.
+
+  - amax: max |x| over the tensor (of the RHT output with rht=True): what the tensor scale is made from.
+  - underflow: the fraction of x's nonzero elements that quantize to 0 (flushed: their block's scale made them
+    smaller than half the smallest E2M1 step, or the block scale itself is 0).
+  - rel_error: ||dequantize(quantize(x)) - x||_2 / ||x||_2; with rht=True both sides in the transformed domain
+    (the RHT is orthogonal, so this is also the error of the operand the GEMM multiplies). 0 for an all-zero x.
+  - subnormal_scales: the fraction of blocks with a nonzero amax whose E4M3 block scale is 0 or subnormal
+    (< 2**-6): blocks far below the tensor's amax, whose scales have fewer than 4 significant bits.
+
+  Args:
+    x: bfloat16/float16/float32, as for `quantize`.
+    scaling: "1d" (1x16 blocks along `axis`) or "2d" (16x16 tiles over the last two axes).
+    rht: the Random Hadamard Transform first, along the block axis (the recipe's wgrad operands).
+    axis: the axis 1D blocks run along (the GEMM's contracting axis: -1 for x in fprop, 0 for x^T in wgrad).
+
+  Returns:
+    {name: float32 scalar} for each of STAT_NAMES. NaN in x makes rel_error NaN (the quantizer maps NaN to a
+    finite value; the statistic does not hide it).
+
+  Raises:
+    TypeError, ValueError: as `quantize` for x, scaling and axis.
+  """
+  x = jnp.asarray(x)
+  scaling = Scaling(scaling)
+  axis = axis % max(x.ndim, 1)
+  _check_input(x, scaling, False, None, axis)
+  if rht:
+    x = hadamard.rht(x, axis)  # the bf16 tensor TE's RHT kernel writes; every statistic describes it
+  y, s8, bamax, amax = _encode(x, scaling, False, axis)
+  q = round_to_e2m1_grid(y)
+  scale = s8.astype(jnp.float32)
+  reference = _blocked(x, scaling, axis)[0].astype(jnp.float32)
+  error = q * (scale * (amax / TENSOR_SCALE_RANGE)) - reference
+  norm = jnp.sum(jnp.square(reference))
+  rel_error = jnp.sqrt(jnp.sum(jnp.square(error)) / jnp.where(norm > 0, norm, np.float32(1.0)))
+  return {
+      "amax": amax,
+      "underflow": _fraction(q == 0, reference != 0),
+      "rel_error": rel_error,
+      "subnormal_scales": _fraction(scale < SUBNORMAL_SCALE, bamax > 0),
+  }

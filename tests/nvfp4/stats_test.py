@@ -1,0 +1,118 @@
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
+"""quantization_stats against the plain-NumPy oracle of TE's quantizer (tests/nvfp4/reference.py)."""
+
+import hypothesis
+import hypothesis.extra.numpy as hnp
+import jax
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import strategies as st
+
+from MaxText.nvfp4 import quantization_stats
+from MaxText.nvfp4.stats import STAT_NAMES
+from tests.nvfp4 import reference
+
+
+def _oracle(x: np.ndarray, scaling: str = "1d", rht: bool = False) -> dict[str, float]:
+  """The four statistics from the oracle's quantize (sums in float64): blocks along the last axis."""
+  q, scales, amax = reference.quantize(x, scaling, rht)
+  xt = (reference.rht_bf16(x) if rht else x).astype(np.float32).astype(np.float64)
+  scale = scales.astype(np.float32).astype(np.float64)  # one per 16 elements (2D: a tile's scale on its 16 rows)
+  # Dequantized as the format defines it, in float32: e2m1 * (f32(s8) * (amax / 2688)).
+  step = scales.astype(np.float32) * (amax / np.float32(2688.0))
+  deq = (q.astype(np.float32).reshape(*q.shape[:-1], -1, 16) * step[..., None]).reshape(q.shape).astype(np.float64)
+  norm = np.sum(xt**2)
+  blocks = np.abs(xt).reshape(*xt.shape[:-1], -1, 16)
+  if scaling == "2d":  # a tile's amax, repeated on each of its 16 rows as the scales are
+    m, nb = blocks.shape[-3], blocks.shape[-2]
+    tiles = blocks.reshape(*blocks.shape[:-3], m // 16, 16, nb, 16).max(axis=(-3, -1), keepdims=True)
+    bamax = np.broadcast_to(tiles, (*tiles.shape[:-4], m // 16, 16, nb, 1)).reshape(*blocks.shape[:-1])
+  else:
+    bamax = blocks.max(axis=-1)
+  nonzero, live = xt != 0, bamax > 0
+  return {
+      "amax": float(amax),
+      "underflow": float(np.sum(nonzero & (q == 0)) / max(np.sum(nonzero), 1)),
+      "rel_error": float(np.sqrt(np.sum((deq - xt) ** 2) / norm)) if norm > 0 else 0.0,
+      "subnormal_scales": float(np.sum(live & (scale < 2.0**-6)) / max(np.sum(live), 1)),
+  }
+
+
+def _ours(x: np.ndarray, **kwargs) -> dict[str, float]:
+  stats = jax.jit(lambda a: quantization_stats(a, **kwargs))(x)
+  assert set(stats) == set(STAT_NAMES) and all(v.dtype == np.float32 and v.shape == () for v in stats.values())
+  return {k: float(v) for k, v in stats.items()}
+
+
+def _assert_matches(x: np.ndarray, scaling: str = "1d", rht: bool = False) -> dict[str, float]:
+  got, want = _ours(x, scaling=scaling, rht=rht), _oracle(x, scaling, rht)
+  assert got["amax"] == want["amax"]
+  assert got["underflow"] == pytest.approx(want["underflow"], rel=1e-6, abs=0)
+  assert got["subnormal_scales"] == pytest.approx(want["subnormal_scales"], rel=1e-6, abs=0)
+  # abs 1e-6: XLA:CPU may fuse dequantize-minus-x into one FMA (no rounding of the dequantized value), NumPy rounds
+  # it to float32 first; the two differ by up to float32's epsilon, far below any error NVFP4 makes.
+  assert got["rel_error"] == pytest.approx(want["rel_error"], rel=1e-5, abs=1e-6)
+  return got
+
+
+@hypothesis.settings(max_examples=40, deadline=None)
+@hypothesis.given(
+    x=hnp.arrays(np.float32, st.tuples(st.sampled_from([16, 32]), st.sampled_from([16, 48])),
+                 elements=st.floats(-1e4, 1e4, width=32, allow_subnormal=False)),
+    scaling=st.sampled_from(["1d", "2d"]),
+    as_bf16=st.booleans(),
+)
+def test_matches_the_oracle_property(x, scaling, as_bf16):
+  amax = np.abs(x).max()
+  hypothesis.assume(amax == 0 or amax >= 1e-30)  # the quantizer's exact domain (quantize module docstring)
+  _assert_matches(x.astype(ml_dtypes.bfloat16) if as_bf16 else x, scaling)
+
+
+@pytest.mark.parametrize("scaling", ["1d", "2d"])
+def test_matches_the_oracle_on_heavy_tailed_blocks(scaling):
+  """Gaussian with rare large outliers: blocks next to an outlier flush small values; far blocks go subnormal."""
+  rng = np.random.default_rng(0)
+  x = (rng.standard_normal((64, 128)) * np.exp(rng.standard_normal((64, 128)))).astype(np.float32)
+  x[3, 7] = 5e4
+  x[32:48, :16] *= 1e-5  # a whole 16x16 tile ~10 orders below the tensor amax: its scales underflow
+  got = _assert_matches(x.astype(ml_dtypes.bfloat16), scaling)
+  assert got["underflow"] > 0.1 and got["subnormal_scales"] > 0 and got["rel_error"] > 0
+
+
+def test_rht_statistics_describe_the_transformed_operand():
+  rng = np.random.default_rng(1)
+  x = rng.standard_normal((32, 64)).astype(ml_dtypes.bfloat16)
+  got = _assert_matches(x, "1d", rht=True)
+  plain = _ours(x)
+  assert got["amax"] != plain["amax"] and got["rel_error"] != plain["rel_error"]
+
+
+def test_axis_0_equals_the_transpose():
+  """The wgrad operand x^T is x blocked along axis 0: the same statistics as x.T blocked along its last axis."""
+  x = np.random.default_rng(2).standard_normal((48, 32)).astype(ml_dtypes.bfloat16)
+  for rht in (False, True):
+    got, want = _ours(x, axis=0, rht=rht), _ours(np.ascontiguousarray(x.T), rht=rht)
+    assert got.pop("rel_error") == pytest.approx(want.pop("rel_error"), rel=1e-5)  # f32 sums in another order
+    assert got == want
+
+
+def test_special_cases():
+  zeros = np.zeros((16, 32), np.float32)
+  assert _ours(zeros) == {"amax": 0.0, "underflow": 0.0, "rel_error": 0.0, "subnormal_scales": 0.0}
+  exact = np.tile(np.array([0.5, 1, 1.5, 2, 3, 4, 6, -6] * 2, np.float32), (16, 2))  # on the grid: lossless
+  assert _ours(exact)["rel_error"] < 1e-6 and _ours(exact)["underflow"] == 0.0
+  flushed = np.full((16, 32), 1e-3, np.float32)
+  flushed[0, 0] = 1e3  # its block scale is set by 1e3: 1e-3 is far below half its smallest step
+  stats = _ours(flushed)
+  assert stats["underflow"] == pytest.approx(15 / 512) and stats["amax"] == 1e3
+  nan = np.ones((16, 32), np.float32)
+  nan[2, 3] = np.nan
+  assert np.isnan(_ours(nan)["rel_error"])  # never hidden, although the quantizer stores a finite value
+
+
+def test_bad_input_is_refused_like_quantize():
+  with pytest.raises(ValueError, match="multiple of 16"):
+    quantization_stats(np.ones((16, 20), np.float32))
+  with pytest.raises(TypeError, match="dtype int32"):
+    quantization_stats(np.ones((16, 16), np.int32))
