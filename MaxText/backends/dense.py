@@ -18,14 +18,16 @@ __all__ = ["implementation_name", "module_class"]
 
 
 def module_class(precision: Precision, backend: Backend, recipe: GemmRecipe,
-                 switches: Switches = Switches(), nonfinite_check: bool = True) -> type[nn.Module]:
-  """The Linen module class that runs one GEMM; `switches` (BF16 layers, late BF16 steps) apply to NVFP4 only."""
+                 switches: Switches = Switches(), nonfinite_check: bool = True,
+                 stats_interval: int = 0) -> type[nn.Module]:
+  """The Linen module class that runs one GEMM; `switches` (BF16 layers, late BF16 steps) and `stats_interval`
+  (operand statistics every N steps) apply to NVFP4 only."""
   if precision is Precision.BF16:
     return UnquantizedDotGeneral
   if backend is Backend.TE:
-    return te.dot_general_cls(precision, recipe, nonfinite_check, switches)
+    return te.dot_general_cls(precision, recipe, nonfinite_check, switches, stats_interval)
   if precision is Precision.NVFP4:
-    return functools.partial(Nvfp4DotGeneral, recipe=recipe, switches=switches)
+    return functools.partial(Nvfp4DotGeneral, recipe=recipe, switches=switches, stats_interval=stats_interval)
   return nn.Fp8DirectDotGeneralOp  # maxtext's own fp8 (delayed scaling), as quantization=fp8 uses
 
 

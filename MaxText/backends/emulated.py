@@ -15,6 +15,7 @@ import jax
 
 from MaxText.backends.flags import gemm_flags
 from MaxText.backends.sr import sr_key
+from MaxText.backends.telemetry import with_stats
 from MaxText.nvfp4.gemm import GemmRecipe, nvfp4_dot_general, select_bf16
 from MaxText.precision.switches import Switches
 
@@ -38,6 +39,7 @@ class Nvfp4DotGeneral(nn.Module):
 
   recipe: GemmRecipe = GemmRecipe()
   switches: Switches = Switches()
+  stats_interval: int = 0  # nvfp4_stats_interval: operand statistics every N steps (MaxText.backends.telemetry)
 
   @nn.compact
   def __call__(self, lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None):
@@ -45,10 +47,12 @@ class Nvfp4DotGeneral(nn.Module):
     key = sr_key(self) if self.recipe.stochastic_rounding else None
     all_bf16, forward_bf16 = gemm_flags(self, self.switches)
 
-    def nvfp4(lhs, rhs):
+    def nvfp4(lhs, rhs, extra):
+      key, forward_bf16 = extra
       return nvfp4_dot_general(lhs, rhs, dimension_numbers, key=key, recipe=self.recipe,
                                forward_bf16=False if forward_bf16 is None else forward_bf16)
 
+    nvfp4 = with_stats(self, nvfp4, (key, forward_bf16), dimension_numbers, self.recipe, self.stats_interval)
     # A BF16 layer, or past nvfp4_bf16_from_step: the GEMM UnquantizedDotGeneral runs, forward and backward.
     return select_bf16(all_bf16, unquantized(dimension_numbers), nvfp4, lhs, rhs)
 

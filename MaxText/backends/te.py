@@ -27,6 +27,7 @@ import jax.numpy as jnp
 from MaxText.backends.emulated import unquantized
 from MaxText.backends.flags import gemm_flags
 from MaxText.backends.sr import sr_key
+from MaxText.backends.telemetry import with_stats
 from MaxText.nvfp4.gemm import QUANTIZATION_NAME, GemmRecipe, select_bf16
 from MaxText.precision.policy import Precision
 from MaxText.precision.switches import Switches
@@ -112,13 +113,15 @@ def _kernel_without_rht(quantizer_set: Any) -> Any:
 
 @functools.cache
 def dot_general_cls(precision: Precision, recipe: GemmRecipe, nonfinite_check: bool = True,
-                    switches: Switches = Switches()) -> type:
+                    switches: Switches = Switches(), stats_interval: int = 0) -> type:
   """A Linen module class running one DenseGeneral's GEMM through TE's dense with the given precision.
 
   `switches` (NVFP4 only): BF16 decoder layers and nvfp4_bf16_from_step run the unquantized GEMM instead of TE's
   under `lax.cond` (one compiled program); nvfp4_bf16_forward_from_step is refused at config load for TE.
 
   `nonfinite_check` (NVFP4 only; config key nvfp4_nonfinite_check) adds `nonfinite_guard` around TE's dense.
+  `stats_interval` (NVFP4 only; nvfp4_stats_interval): every N steps, our bit-exact quantizer's statistics of the
+  bf16 operands TE quantizes (MaxText.backends.telemetry); other steps run TE's dense alone.
   """
   # pylint: disable-next=import-outside-toplevel  # optional heavy dependency: TE, only where a TE module is built
   from transformer_engine.jax import dense as te_dense
@@ -163,9 +166,10 @@ def dot_general_cls(precision: Precision, recipe: GemmRecipe, nonfinite_check: b
       if guard:
         gemm = nonfinite_guard(gemm)
       all_bf16 = gemm_flags(self, switches)[0] if is_nvfp4 else None
+      te_gemm = with_stats(self, gemm, quantizer_set, dimension_numbers, recipe, stats_interval if is_nvfp4 else 0)
       return select_bf16(
           all_bf16, unquantized(dimension_numbers, out_dtype),
-          lambda l, r: gemm(l.astype(jnp.bfloat16), r.astype(jnp.bfloat16), quantizer_set).astype(out_dtype),
+          lambda l, r: te_gemm(l.astype(jnp.bfloat16), r.astype(jnp.bfloat16)).astype(out_dtype),
           lhs, rhs)
 
   TeDotGeneral.__name__ = f"TeDotGeneral_{precision.value}"

@@ -75,6 +75,13 @@ class NVFP4Config(types.MaxTextConfig):
       ),
   )
 
+  nvfp4_stats_interval: int = Field(
+      0,
+      description="Every N training steps (step 0 included), each NVFP4 GEMM reports amax, underflow, relative error"
+      " and subnormal block scales of every operand it quantizes as maxtext metrics named nvfp4/layer_XX/...;"
+      " 0: off (the program is the one without statistics). Losses are the same either way.",
+  )
+
   nvfp4_bf16_first_layers: int = Field(
       0,
       description="The first N decoder layers run their MLP GEMMs in BF16 (NVIDIA's recipe keeps ~15% of the"
@@ -105,6 +112,7 @@ class NVFP4Config(types.MaxTextConfig):
   def _nvfp4_mode_can_run(self) -> "NVFP4Config":
     """Refuses, at config load (before any model is built or compiled), NVFP4 settings that cannot take effect."""
     settings = Settings.from_config(self)
+    self._check_stats(settings)
     if not settings.nvfp4:
       return self
     mode = settings.quantization
@@ -129,6 +137,28 @@ class NVFP4Config(types.MaxTextConfig):
     if errors:
       raise ValueError(errors[0] + (f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""))
     return self
+
+  def _check_stats(self, settings: Settings) -> None:
+    """nvfp4_stats_interval: not negative; only where NVFP4 GEMMs run and maxtext hands the statistics back."""
+    interval = settings.stats_interval
+    if interval < 0:
+      raise ValueError(f"nvfp4_stats_interval={interval} is negative; use 0 (off) or N >= 1 (every N steps).")
+    if not interval:
+      return
+    if not settings.nvfp4:
+      raise ValueError(f"nvfp4_stats_interval={interval} with quantization={settings.quantization!r}: the "
+                       "statistics describe NVFP4 GEMMs; use quantization=te_nvfp4 or te_nvfp4_no_rht, or "
+                       "nvfp4_stats_interval=0.")
+    if settings.mlp.value != "nvfp4":
+      raise ValueError(f"nvfp4_stats_interval={interval} with nvfp4_mlp_precision=bf16: no GEMM is NVFP4, so "
+                       "there is nothing to measure; set nvfp4_stats_interval=0 for the BF16 baseline.")
+    if int(getattr(self, "gradient_accumulation_steps", 1) or 1) > 1:
+      raise ValueError(f"nvfp4_stats_interval={interval} with gradient_accumulation_steps="
+                       f"{self.gradient_accumulation_steps}: maxtext's accumulation loop does not hand the "
+                       "statistics back; set gradient_accumulation_steps=1 for the statistics run.")
+    if getattr(self, "using_pipeline_parallelism", False):
+      raise ValueError(f"nvfp4_stats_interval={interval} is not supported with pipeline parallelism "
+                       "(ici/dcn_pipeline_parallelism > 1); set nvfp4_stats_interval=0 or drop the pipeline.")
 
   def _check_bf16_layers_and_steps(self, settings: Settings) -> None:
     """nvfp4_bf16_* keys: in range, and leaving at least one NVFP4 GEMM (else the mode would quantize nothing)."""

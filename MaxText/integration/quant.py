@@ -35,6 +35,7 @@ class Nvfp4Quantization(quantizations.Quantization):
   backend: Backend = Backend.EMULATED
   switches: Switches = Switches()
   nonfinite_check: bool = True  # TE backend: NaN outputs for non-finite operands (nvfp4_nonfinite_check)
+  stats_interval: int = 0  # nvfp4_stats_interval: per-GEMM operand statistics every N steps (0: off)
   quant_mode: str = "train"  # maxtext's in_serve_mode() reads it
   experts: Precision = Precision.BF16  # routed-expert GEMMs: nvfp4 with MLP nvfp4 and nvfp4_moe_experts=nvfp4
   experts_opted_out: bool = False  # nvfp4_moe_experts=bf16 was set explicitly (the plan then accepts BF16 experts)
@@ -49,7 +50,7 @@ class Nvfp4Quantization(quantizations.Quantization):
 
   def dot_general_cls(self, mesh_axes: tuple[str | None, ...] = ()) -> type[nn.Module]:
     return module_class(self.policy.precision_for(tuple(mesh_axes)), self.backend, self.policy.recipe, self.switches,
-                        self.nonfinite_check)
+                        self.nonfinite_check, self.stats_interval)
 
   def einsum(self, mesh_axes: tuple[str | None, ...] = (), dtype: Any = jnp.float32) -> Any:
     """maxtext's MoE hook, called as `quant.einsum(mesh_axes=rhs_axes)` (RoutedMoE.get_einsum, sparse_matmul=false):
@@ -75,4 +76,5 @@ def quantization_from_config(config: Any, quant_mode_str: str = "train") -> Nvfp
                               f"{quant_mode_str!r} (serve/convert). Serve the trained BF16/FP32 weights instead.")
   return Nvfp4Quantization(policy=settings.policy, backend=resolve_backend(settings.backend),
                            switches=settings.switches, nonfinite_check=settings.nonfinite_check,
+                           stats_interval=settings.stats_interval,
                            experts=settings.experts, experts_opted_out=settings.experts_opted_out)

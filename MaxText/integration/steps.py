@@ -1,5 +1,6 @@
 # Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
-"""The training step, seen by the GEMMs: maxtext's train_step/eval_step wrapped so the state's step is current.
+"""The training step, seen by the GEMMs: maxtext's train_step/eval_step wrapped so the state's step is current,
+and a train step's metrics carrying the GEMMs' statistics (nvfp4_stats_interval; MaxText.integration.telemetry).
 
 The late switch (nvfp4_bf16_from_step, nvfp4_bf16_forward_from_step) compares the traced step of the state being
 trained with the switch step (MaxText.backends.flags). maxtext's `train_step(model, config, state_mesh_shardings,
@@ -19,6 +20,7 @@ import jax
 import jax.numpy as jnp
 
 from MaxText.backends.flags import step_scope
+from MaxText.integration.telemetry import stats_metrics
 from MaxText.precision.modes import is_nvfp4
 from MaxText.precision.settings import Settings
 
@@ -26,8 +28,9 @@ __all__ = ["wrap_iteration", "wrap_step"]
 
 _LOG = logging.getLogger(__name__)
 _switch_logged: set[tuple[str, int]] = set()
-#: The parameter of train_step/eval_step holding maxtext's NNX train state.
+#: The parameters of train_step/eval_step holding maxtext's NNX train state and the config.
 STATE_PARAM = "state"
+CONFIG_PARAM = "config"
 
 
 def _state_step(state: Any) -> jax.Array | None:
@@ -47,13 +50,30 @@ def wrap_step(step_fn: Callable[..., Any]) -> Callable[..., Any]:
 
   @functools.wraps(step_fn)
   def wrapped(*args: Any, **kwargs: Any) -> Any:
-    step = _state_step(signature.bind(*args, **kwargs).arguments.get(STATE_PARAM))
+    arguments = signature.bind(*args, **kwargs).arguments
+    step = _state_step(arguments.get(STATE_PARAM))
     if step is None:
       return step_fn(*args, **kwargs)
     with step_scope(step):
-      return step_fn(*args, **kwargs)
+      out = step_fn(*args, **kwargs)
+    return _with_stats_metrics(out, arguments.get(CONFIG_PARAM))
 
   return wrapped
+
+
+def _with_stats_metrics(out: Any, config: Any) -> Any:
+  """A train step's (state, metrics) with the GEMMs' statistics added to the scalars (nvfp4_stats_interval > 0);
+  anything else (eval metrics, other modes, statistics off) unchanged."""
+  if not (is_nvfp4(getattr(config, "quantization", None)) and isinstance(out, tuple) and len(out) == 2
+          and isinstance(out[1], dict) and isinstance(out[1].get("scalar"), dict)):
+    return out
+  settings = Settings.from_config(config)
+  if not settings.stats_interval:
+    return out
+  state, metrics = out
+  scalars = {**metrics["scalar"], **stats_metrics(state, settings, int(getattr(config, "first_num_dense_layers", 0)
+                                                                      or 0))}
+  return state, {**metrics, "scalar": scalars}
 
 
 def wrap_iteration(iteration: Callable[..., Any]) -> Callable[..., Any]:

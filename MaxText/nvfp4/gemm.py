@@ -201,6 +201,14 @@ def _check_dims(
   return lhs_c, rhs_c, k
 
 
+def as_matrices(lhs: jax.Array, rhs: jax.Array, dimension_numbers: DimensionNumbers) -> tuple[jax.Array, jax.Array]:
+  """(x, w): lhs as the (M, K) and rhs as the (K, N) matrix that nvfp4_dot_general quantizes (after its checks)."""
+  lhs_c, rhs_c, k = _check_dims(lhs, rhs, dimension_numbers)
+  lhs_perm = tuple(d for d in range(lhs.ndim) if d not in lhs_c) + lhs_c
+  rhs_perm = rhs_c + tuple(d for d in range(rhs.ndim) if d not in rhs_c)
+  return jnp.transpose(lhs, lhs_perm).reshape(-1, k), jnp.transpose(rhs, rhs_perm).reshape(k, -1)
+
+
 def nvfp4_dot_general(
     lhs: jax.Array,
     rhs: jax.Array,

@@ -47,6 +47,7 @@ class Settings:
   recipe: the GEMM recipe (RHT from the mode, stochastic rounding, 2D weight scaling).
   switches: the BF16 layers and steps, with the decoder layer count.
   nonfinite_check: the TE backend's NaN/Inf guard (nvfp4_nonfinite_check).
+  stats_interval: per-GEMM operand statistics every N steps, 0 off (nvfp4_stats_interval).
   record: every nvfp4_* key with its plain value, plus quantization: what a run directory records.
   """
 
@@ -58,6 +59,7 @@ class Settings:
   recipe: GemmRecipe = GemmRecipe()
   switches: Switches = Switches()
   nonfinite_check: bool = True
+  stats_interval: int = 0
   record: tuple[tuple[str, Any], ...] = ()
 
   @property
@@ -105,5 +107,6 @@ class Settings:
                           from_step=ours["nvfp4_bf16_from_step"],
                           forward_from_step=ours["nvfp4_bf16_forward_from_step"]),
         nonfinite_check=bool(ours["nvfp4_nonfinite_check"]),
+        stats_interval=int(ours.get("nvfp4_stats_interval") or 0),
         record=record,
     )

@@ -1,0 +1,48 @@
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
+"""Per-GEMM quantization statistics inside a GEMM module (nvfp4_stats_interval), on both backends.
+
+Each NVFP4 GEMM module holds its latest statistics in a `nvfp4_stats` variable of maxtext's
+`_overwrite_with_gradient` collection (5 operands x 4 statistics, float32; stacked along the layer axis under
+scan). maxtext's train_step differentiates the loss with respect to that collection too and then overwrites each
+such variable with its gradient (the route FP8 delayed scaling uses for its amax history); the GEMM makes the
+statistics that gradient (MaxText.nvfp4.stats.gemm_with_operand_stats), so the backward operand dY is measured
+without leaving the custom VJP. On steps that are not statistics steps the gradient is the variable's own value,
+and nothing is computed (`lax.cond` on the traced step). The integration layer reads the variables after each
+step into maxtext's metrics (MaxText.integration.telemetry).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+
+from MaxText.backends.flags import current_step
+from MaxText.nvfp4.gemm import DimensionNumbers, GemmRecipe
+from MaxText.nvfp4.stats import empty_gemm_stats, gemm_with_operand_stats
+
+__all__ = ["STATS_COLLECTION", "STATS_NAME", "with_stats"]
+
+#: maxtext's collection whose variables the train step overwrites with their gradient.
+STATS_COLLECTION = "_overwrite_with_gradient"
+STATS_NAME = "nvfp4_stats"
+
+
+def with_stats(module: Any, gemm: Callable[[jax.Array, jax.Array, Any], jax.Array], extra: Any,
+               dimension_numbers: DimensionNumbers, recipe: GemmRecipe,
+               interval: int) -> Callable[[jax.Array, jax.Array], jax.Array]:
+  """Inside a Linen GEMM module: `gemm(lhs, rhs, extra)` as a function of (lhs, rhs) that reports its operands'
+  statistics every `interval` steps (0: no statistics, no variable).
+
+  Outside a train/eval step (model init, abstract builds) the variable is created and `gemm` runs untapped.
+  """
+  untapped = lambda lhs, rhs: gemm(lhs, rhs, extra)  # noqa: E731
+  if not interval:
+    return untapped
+  sink = module.variable(STATS_COLLECTION, STATS_NAME, empty_gemm_stats)
+  step = current_step()
+  if step is None or module.is_initializing():
+    return untapped
+  flag = (step % interval) == 0
+  return lambda lhs, rhs: gemm_with_operand_stats(gemm, lhs, rhs, extra, sink.value, flag, dimension_numbers, recipe)

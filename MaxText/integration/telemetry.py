@@ -1,0 +1,94 @@
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
+"""Per-GEMM quantization statistics into maxtext's metrics: `nvfp4/layer_03/mlp/wo/wgrad_dy/underflow`.
+
+The GEMMs leave their latest statistics in `nvfp4_stats` variables of the train state
+(MaxText.backends.telemetry). After maxtext's train_step, inside the same compiled step, `stats_metrics` reads
+them into the step's scalar metrics, one scalar per decoder layer, GEMM, operand and statistic; maxtext then
+writes them where it writes every scalar (TensorBoard, `metrics_file`, GCS, W&B). The values are the same arrays
+on every step, refreshed only on statistics steps, so `filter_written_metrics` drops them on the host from every
+other step's record (and from eval records): a statistic appears at steps 0, N, 2N, ... only.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+import jax
+
+from MaxText.backends.telemetry import STATS_NAME
+from MaxText.integration.layers import layer_indices
+from MaxText.nvfp4.stats import GEMM_OPERANDS, STAT_NAMES
+from MaxText.precision.modes import is_nvfp4
+from MaxText.precision.settings import Settings
+
+__all__ = ["PREFIX", "filter_written_metrics", "is_stats_step", "metric_name", "stats_metrics"]
+
+#: Every statistic's metric name starts with it.
+PREFIX = "nvfp4/"
+
+
+def metric_name(layer: int, gemm: tuple[str, ...], operand: str, stat: str) -> str:
+  return f"{PREFIX}layer_{layer:02d}/{'/'.join(gemm)}/{operand}/{stat}"
+
+
+def _model_path(path: tuple[Any, ...]) -> tuple[str, ...]:
+  """A state leaf's path as names, rooted at the model (from "decoder" on), without nnx's trailing `value`."""
+  names = tuple(str(getattr(k, "key", getattr(k, "name", k))) for k in path)
+  if names and names[-1] == "value":
+    names = names[:-1]
+  return names[names.index("decoder"):] if "decoder" in names else names
+
+
+def stats_metrics(state: Any, settings: Settings, first_num_dense_layers: int = 0) -> dict[str, jax.Array]:
+  """{metric name: float32 scalar} for every NVFP4 GEMM statistics variable in `state` (traced or concrete).
+
+  A GEMM is named by the modules between its decoder layer and the GEMM module (e.g. mlp/wi_0); decoder layers
+  that run BF16 throughout (nvfp4_bf16_first/last_layers, nvfp4_bf16_layers) quantize nothing and are left out.
+  """
+  metrics: dict[str, jax.Array] = {}
+  for path, leaf in jax.tree_util.tree_leaves_with_path(state):
+    names = _model_path(path)
+    if not names or names[-1] != STATS_NAME:
+      continue
+    stacked = leaf.ndim == 3  # (layers, operands, stats) under scan
+    indices = layer_indices(names, leaf.shape if stacked else (), first_num_dense_layers) or [-1]
+    gemm = names[2:-2]  # after decoder/<stack>, before <GEMM module>/nvfp4_stats
+    for slot, layer in enumerate(indices):
+      if layer >= 0 and settings.switches.bf16_layer(layer):
+        continue
+      values = leaf[slot] if stacked else leaf
+      for i, operand in enumerate(GEMM_OPERANDS):
+        for j, stat in enumerate(STAT_NAMES):
+          metrics[metric_name(layer, gemm, operand, stat)] = values[i, j]
+  return metrics
+
+
+def is_stats_step(settings: Settings, step: int) -> bool:
+  """Whether training step `step` measured the statistics (and is before an all-BF16 switch)."""
+  interval = settings.stats_interval
+  late = settings.switches.from_step
+  return bool(interval) and step % interval == 0 and (late is None or step < late)
+
+
+def filter_written_metrics(write: Callable[..., Any]) -> Callable[..., Any]:
+  """Wraps maxtext's MetricLogger.write_metrics: `nvfp4/` scalars are written only for statistics steps."""
+  signature = inspect.signature(write)
+
+  @functools.wraps(write)
+  def wrapped(*args: Any, **kwargs: Any) -> Any:
+    bound = signature.bind(*args, **kwargs)
+    metrics, step = bound.arguments.get("metrics"), bound.arguments.get("step")
+    scalars = metrics.get("scalar") if isinstance(metrics, dict) else None
+    if scalars and any(k.startswith(PREFIX) for k in scalars):
+      config = bound.arguments["self"].config
+      keep = (bound.arguments.get("metric_type", "train") == "train" and is_nvfp4(config.quantization)
+              and is_stats_step(Settings.from_config(config), int(step)))
+      if not keep:
+        bound.arguments["metrics"] = {**metrics, "scalar": {k: v for k, v in scalars.items()
+                                                            if not k.startswith(PREFIX)}}
+    return write(*bound.args, **bound.kwargs)
+
+  return wrapped

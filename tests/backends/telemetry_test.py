@@ -1,0 +1,86 @@
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
+"""Per-GEMM operand statistics in the emulated GEMM module: gradients unchanged, statistics out as a gradient."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from MaxText.backends import flags
+from MaxText.backends.emulated import Nvfp4DotGeneral
+from MaxText.backends.telemetry import STATS_COLLECTION, STATS_NAME
+from MaxText.nvfp4.gemm import GemmRecipe
+from MaxText.nvfp4.stats import GEMM_OPERANDS, STAT_NAMES
+from tests.nvfp4.stats_test import _oracle
+
+# DenseGeneral's MLP up-projection layout: x (batch, seq, embed) . W (embed, mlp).
+_DIMS = (((2,), (0,)), ((), ()))
+
+
+def _operands():
+  k1, k2, k3 = jax.random.split(jax.random.key(0), 3)
+  x = jax.random.normal(k1, (2, 16, 64), jnp.bfloat16)
+  w = jax.random.normal(k2, (64, 48), jnp.float32) * 0.1
+  dy = jax.random.normal(k3, (2, 16, 48), jnp.bfloat16)
+  return x, w, dy
+
+
+def _run(interval: int, step: int, sink_value: float = 0.0):
+  """y, dx, dW and the statistics variable's gradient of one GEMM call at `step`."""
+  x, w, dy = _operands()
+  module = Nvfp4DotGeneral(recipe=GemmRecipe(), stats_interval=interval)
+  rngs = {"params": jax.random.key(1), "dropout": jax.random.key(2)}
+  variables = module.init(rngs, x, w, _DIMS)
+  sink = variables.get(STATS_COLLECTION, {}).get(STATS_NAME)
+
+  def apply(x, w, sink):
+    v = variables if sink is None else {**variables, STATS_COLLECTION: {STATS_NAME: sink}}
+    with flags.step_scope(jnp.int32(step)):
+      return module.apply(v, x, w, _DIMS, rngs=rngs, mutable=["aqt"])[0]
+
+  @jax.jit
+  def run(x, w, sink):
+    y, vjp = jax.vjp(apply, x, w, sink)
+    return y, vjp(dy)
+
+  sink = None if sink is None else jnp.full_like(sink, sink_value)
+  y, (dx, dw, dsink) = run(x, w, sink)
+  return y, dx, dw, dsink
+
+
+def test_statistics_change_no_output_and_no_gradient():
+  y0, dx0, dw0, none = _run(0, step=0)
+  assert none is None  # interval 0: no variable at all
+  for step in (0, 1):
+    y, dx, dw, _ = _run(2, step=step)
+    for a, b in ((y, y0), (dx, dx0), (dw, dw0)):
+      np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_statistics_step_reports_every_operand_as_the_oracle_measures_it():
+  """fprop x (along K), W (16x16 tiles), dgrad dY (along N), wgrad x^T and dY^T (along M, RHT): the oracle's
+  statistics of each, computed independently from tests/nvfp4/reference.py."""
+  x, w, dy = _operands()
+  *_, stats = _run(2, step=4)
+  x2 = np.asarray(x).reshape(-1, 64)
+  dy2 = np.asarray(dy).reshape(-1, 48)
+  want = {
+      "fprop_x": _oracle(x2, "1d"),
+      "fprop_w": _oracle(np.asarray(w), "2d"),
+      "dgrad_dy": _oracle(dy2, "1d"),
+      "wgrad_x": _oracle(x2.T.copy(), "1d", rht=True),
+      "wgrad_dy": _oracle(dy2.T.copy(), "1d", rht=True),
+  }
+  got = np.asarray(stats)
+  assert got.shape == (len(GEMM_OPERANDS), len(STAT_NAMES))
+  for i, operand in enumerate(GEMM_OPERANDS):
+    for j, stat in enumerate(STAT_NAMES):
+      assert got[i, j] == pytest.approx(want[operand][stat], rel=1e-5, abs=1e-6), (operand, stat)
+  assert np.all(got[:, STAT_NAMES.index("underflow")] > 0)  # Gaussian blocks: some small values always flush
+
+
+def test_other_steps_keep_the_previous_statistics_and_compute_none():
+  *_, stats = _run(2, step=3, sink_value=7.0)
+  np.testing.assert_array_equal(np.asarray(stats), 7.0)

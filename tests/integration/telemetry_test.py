@@ -1,0 +1,96 @@
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
+"""nvfp4_stats_interval: per-GEMM statistics in maxtext's metrics, named per layer, GEMM and operand; the
+config errors; and training unchanged by them (bit-identical losses)."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from MaxText.integration import telemetry
+from MaxText.nvfp4.stats import GEMM_OPERANDS, STAT_NAMES
+from MaxText.precision.settings import Settings
+from MaxText.precision.switches import Switches
+from tests.helpers import TINY_YML, load_config, read_losses, train_cli
+
+
+def _state(stacked: bool) -> dict:
+  """A train state as maxtext's train_step returns it (nested dicts), with three GEMMs' statistics variables."""
+  value = jnp.arange(3 * 5 * 4, dtype=jnp.float32).reshape(3, 5, 4)
+  if stacked:
+    layers = {"layers": {"mlp": {g: {"Nvfp4DotGeneral_0": {"nvfp4_stats": value}} for g in ("wi_0", "wo")}}}
+  else:
+    layers = {f"layers_{i}": {"mlp": {"wo": {"Nvfp4DotGeneral_0": {"nvfp4_stats": value[i]}}}} for i in range(3)}
+  return {"model": {"decoder": layers}, "optimizer": {"step": jnp.int32(0)}}
+
+
+def test_metric_names_per_layer_gemm_operand_and_statistic():
+  settings = Settings(switches=Switches(num_layers=3), stats_interval=2)
+  scanned = telemetry.stats_metrics(_state(True), settings)
+  assert len(scanned) == 3 * 2 * len(GEMM_OPERANDS) * len(STAT_NAMES)
+  assert float(scanned["nvfp4/layer_02/mlp/wo/wgrad_dy/subnormal_scales"]) == 2 * 20 + 4 * 4 + 3
+  unscanned = telemetry.stats_metrics(_state(False), settings)
+  assert {k for k in scanned if "/wo/" in k} == set(unscanned)
+  assert float(unscanned["nvfp4/layer_01/mlp/wo/fprop_x/amax"]) == 20.0
+  # A BF16 layer quantizes nothing: no statistics are reported for it.
+  steered = telemetry.stats_metrics(_state(True), Settings(switches=Switches(num_layers=3, layers=(1,)),
+                                                           stats_interval=2))
+  assert not [k for k in steered if k.startswith("nvfp4/layer_01/")] and len(steered) == 2 * len(scanned) // 3
+
+
+def test_statistics_steps():
+  settings = Settings(switches=Switches(num_layers=3, from_step=7), stats_interval=3)
+  assert [s for s in range(10) if telemetry.is_stats_step(settings, s)] == [0, 3, 6]  # none once all run BF16
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        (["quantization=te_nvfp4", "nvfp4_stats_interval=-1"], "nvfp4_stats_interval=-1 is negative"),
+        (["quantization=fp8", "nvfp4_stats_interval=2"],
+         "nvfp4_stats_interval=2 with quantization='fp8': the statistics describe NVFP4 GEMMs"),
+        (["quantization=te_nvfp4", "nvfp4_mlp_precision=bf16", "nvfp4_stats_interval=2"],
+         "nvfp4_stats_interval=2 with nvfp4_mlp_precision=bf16: no GEMM is NVFP4"),
+        (["quantization=te_nvfp4", "gradient_accumulation_steps=2", "nvfp4_stats_interval=2"],
+         "nvfp4_stats_interval=2 with gradient_accumulation_steps=2"),
+    ],
+)
+def test_bad_statistics_settings_fail_at_load(overrides, expected):
+  with pytest.raises(Exception) as info:
+    load_config(TINY_YML, "nvfp4_backend=emulated", *overrides)
+  assert expected in str(info.value)
+
+
+@pytest.mark.slow
+def test_statistics_through_the_trainer_leave_the_losses_unchanged(tmp_path: pathlib.Path, jax_cache_dir) -> None:
+  """3 layers, interval 2, 5 steps: steps 0, 2, 4 carry 3 layers x 3 GEMMs x 5 operands x 4 statistics, in range;
+  steps 1 and 3 none; the losses equal those of the same run without statistics bit for bit."""
+  common = ["quantization=te_nvfp4", "nvfp4_backend=emulated", "steps=5", "base_num_decoder_layers=3",
+            "enable_tensorboard=true"]
+  losses, rows = {}, {}
+  for name, extra in (("stats", ["nvfp4_stats_interval=2"]), ("plain", [])):
+    run = train_cli([f"run_name={name}", f"base_output_directory={tmp_path}",
+                     f"metrics_file={tmp_path / name}.jsonl", *common, *extra], jax_cache_dir)
+    assert run.returncode == 0, run.stderr[-4000:]
+    losses[name] = read_losses(tmp_path / f"{name}.jsonl")
+    rows[name] = [json.loads(line) for line in (tmp_path / f"{name}.jsonl").read_text().splitlines()]
+  assert losses["stats"] == losses["plain"]
+  assert not [k for r in rows["plain"] for k in r if k.startswith("nvfp4/")]
+  for row in rows["stats"]:
+    stats = {k: v for k, v in row.items() if k.startswith("nvfp4/")}
+    if int(row["step"]) % 2:
+      assert not stats, row["step"]
+      continue
+    names = {f"nvfp4/layer_{i:02d}/mlp/{g}/{o}/{s}" for i in range(3) for g in ("wi_0", "wi_1", "wo")
+             for o in GEMM_OPERANDS for s in STAT_NAMES}
+    assert set(stats) == names
+    for key, value in stats.items():
+      stat = key.rsplit("/", 1)[1]
+      assert np.isfinite(value), key
+      assert (value > 0) if stat in ("amax", "rel_error") else (0 <= value <= 1), (key, value)
+      if stat == "rel_error":
+        assert value < 0.5, (key, value)
