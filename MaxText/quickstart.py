@@ -62,6 +62,9 @@ class Precision:
   description: str
 
 
+#: The NVFP4 runs log their per-GEMM quantization statistics every this many steps (compare draws the heatmaps).
+STATS_INTERVAL = 25
+
 PRECISIONS = (
     Precision(
         name=BASELINE,
@@ -71,12 +74,12 @@ PRECISIONS = (
     Precision(name="fp8", overrides=("quantization=fp8",), description="maxtext's fp8 (the published comparison's baseline)"),
     Precision(
         name="te_nvfp4",
-        overrides=("quantization=te_nvfp4",),
+        overrides=("quantization=te_nvfp4", f"nvfp4_stats_interval={STATS_INTERVAL}"),
         description="NVFP4 MLP GEMMs, random Hadamard transform on wgrad, stochastic rounding",
     ),
     Precision(
         name="te_nvfp4_no_rht",
-        overrides=("quantization=te_nvfp4_no_rht",),
+        overrides=("quantization=te_nvfp4_no_rht", f"nvfp4_stats_interval={STATS_INTERVAL}"),
         description="NVFP4 MLP GEMMs without the Hadamard transform",
     ),
 )
@@ -179,6 +182,12 @@ def _run_dir_overrides(precision: Precision, runs_dir: Path, jax_cache: Path) ->
   ]
 
 
+def _not_overridden(overrides: Sequence[str], extra: Sequence[str]) -> list[str]:
+  """`overrides` without the keys `extra` sets (maxtext refuses a key given twice; the user's value wins)."""
+  given = {e.split("=", 1)[0] for e in extra}
+  return [o for o in overrides if o.split("=", 1)[0] not in given]
+
+
 def train(
     precision: Precision,
     *,
@@ -206,7 +215,7 @@ def train(
       *_run_dir_overrides(precision, runs_dir, jax_cache),
       f"steps={steps}",
       *corpus.corpus_overrides(corpus_dir),
-      *precision.overrides,
+      *_not_overridden(precision.overrides, extra),
       *extra,
   ]  # fmt: skip
   env = dict(os.environ)

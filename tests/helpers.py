@@ -31,8 +31,10 @@ PLUGIN_DEFAULTS: dict[str, Any] = {
     "nvfp4_moe_experts": "nvfp4",
     "nvfp4_bf16_first_layers": 0,
     "nvfp4_bf16_last_layers": 0,
+    "nvfp4_bf16_layers": [],
     "nvfp4_bf16_from_step": None,
     "nvfp4_bf16_forward_from_step": None,
+    "nvfp4_stats_interval": 0,
 }
 #: Where in-process config loads point maxtext's output directory (nothing is written there by a load).
 CONFIG_OUTPUT_DIR = "/tmp/nvfp4-config-test"

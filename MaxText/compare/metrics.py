@@ -35,6 +35,8 @@ TRAIN_KEYS = (LOSS_KEY, STEP_TIME_KEY, TFLOPS_KEY, TOKENS_KEY, LR_KEY)
 #: File names a metrics_file gets in this project's scripts, tried first when a run dir holds several *.jsonl.
 PREFERRED_JSONL_NAMES = ("metrics.jsonl", "metrics.txt")
 TB_GLOB = "events.out.tfevents.*"
+#: Metric names of the per-GEMM quantization statistics (MaxText.integration.telemetry).
+QUANT_STATS_PREFIX = "nvfp4/"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -56,6 +58,8 @@ class RunMetrics:
   eval_steps: np.ndarray  # int64, train steps after which a complete eval pass was logged
   eval_loss: np.ndarray
   skipped_lines: int = 0  # unparsable JSONL lines (e.g. a line cut by a killed run)
+  #: nvfp4/ quantization statistics (nvfp4_stats_interval) by statistics step: {step: {metric name: value}}.
+  quant_stats: dict[int, dict[str, float]] = dataclasses.field(default_factory=dict)
   info: RunInfo = RunInfo()  # backend, config and machine load, from the files next to the metrics
 
   def __post_init__(self):
@@ -95,6 +99,8 @@ def _from_records(
       eval_loss=np.array([evals[s] for s in eval_steps], dtype=np.float64),
       skipped_lines=skipped,
       info=info,
+      quant_stats={int(s): stats for s in steps if (stats := {k: _as_float(v) for k, v in train[s].items()
+                                                          if k.startswith(QUANT_STATS_PREFIX)})},
   )
 
 

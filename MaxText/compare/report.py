@@ -1,5 +1,6 @@
 # Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
-"""Builds the report from loaded runs and writes report.json, report.md, loss.png and throughput.png.
+"""Builds the report from loaded runs and writes report.json, report.md, loss.png and throughput.png, and a
+stats_<run>.png heatmap for every run that logged NVFP4 quantization statistics.
 
 Why a markdown table as the printed output too: the same text goes to the terminal, into report.md and into the
 README, so a number quoted anywhere can be traced to one generator.
@@ -11,7 +12,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from MaxText.compare import analysis, plots
+from MaxText.compare import analysis, plots, quantstats
 from MaxText.compare.metrics import RunMetrics
 from MaxText.compare.schema import Comparison, Report, RunSummary, Settings
 
@@ -39,6 +40,7 @@ def build_report(runs: Sequence[RunMetrics], baseline: str, settings: Settings) 
       settings=settings,
       runs=[analysis.summarize_run(r, settings) for r in runs],
       comparisons=[analysis.compare(base, r, settings) for r in runs if r.name != baseline],
+      quant_stats=[q for r in runs if (q := quantstats.summarize(r)) is not None],
   )
 
 
@@ -179,6 +181,26 @@ def markdown_table(report: Report) -> str:
   return loss_table(report) + "\n" + speed_table(report)
 
 
+def quant_stats_lines(report: Report) -> list[str]:
+  """report.md's "Where NVFP4 loses most": per run that logged statistics, its worst GEMM operands and a key to try."""
+  if not report.quant_stats:
+    return []
+  lines = ["## Where NVFP4 loses most", ""]
+  for q in report.quant_stats:
+    rows = [[str(r.layer), r.gemm, r.operand, _fmt(r.rel_error, ".4f"), _fmt(r.underflow, ".2%")] for r in q.worst]
+    lines += [f"`{q.run}`, statistics step {q.step} ({q.statistics} statistics; heatmap `{q.heatmap}`):", "",
+              _markdown_table("| layer | GEMM | operand | rel_error | underflow |\n|---:|---|---|---:|---:|\n", rows)]
+    if q.worst_layer is not None:
+      lines.append(f"- Layer {q.worst_layer} has the largest mean relative error over its GEMM operands "
+                   f"({_fmt(q.worst_layer_mean_rel_error, '.4f')}; median layer {_fmt(q.median_layer_mean_rel_error, '.4f')}"
+                   f"). To try: `{q.try_key}` (that layer's MLP GEMMs in BF16), and compare the eval gap.")
+    lines.append("")
+  lines += ["- rel_error: ||dequantize(quantize(x)) - x|| / ||x|| of the operand as the GEMM quantizes it (wgrad operands"
+            " after the RHT); underflow: the fraction of its nonzero elements that quantize to 0. dY uses nearest "
+            "rounding for the statistic (the recipe rounds it stochastically).", ""]
+  return lines
+
+
 def markdown_report(report: Report) -> str:
   """report.md: verdicts, the loss table, the step-time table, and the definitions needed to read them."""
   s = report.settings
@@ -211,6 +233,8 @@ def markdown_report(report: Report) -> str:
       "",
       f"![throughput]({THROUGHPUT_PNG})",
       "",
+      *quant_stats_lines(report),
+      *[f"![{q.run} statistics]({q.heatmap})\n" for q in report.quant_stats],
   ]
   return "\n".join(lines)
 
@@ -224,6 +248,8 @@ def write_report(runs: Sequence[RunMetrics], report: Report, out_dir: str | Path
   paths[REPORT_MD].write_text(markdown_report(report), encoding="utf-8")
   plots.plot_loss(runs, report, paths[LOSS_PNG])
   plots.plot_throughput(runs, report, paths[THROUGHPUT_PNG])
+  for path in quantstats.plot_all(runs, out):
+    paths[path.name] = path
   return paths
 
 

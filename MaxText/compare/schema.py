@@ -177,6 +177,30 @@ class Comparison(_Model):
   verdict: Verdict
 
 
+class QuantStatsRow(_Model):
+  """One decoder layer / GEMM / operand cell of a run's NVFP4 quantization statistics."""
+
+  layer: int = Field(description="decoder layer (0-based)")
+  gemm: str = Field(description="the GEMM's module path inside the layer, e.g. mlp/wo")
+  operand: str = Field(description="fprop_x, fprop_w, dgrad_dy, wgrad_x or wgrad_dy")
+  rel_error: float | None = Field(description="||dequantize(quantize(x)) - x|| / ||x||")
+  underflow: float | None = Field(description="fraction of the nonzero elements that quantize to 0")
+
+
+class QuantStatsSummary(_Model):
+  """Where NVFP4 loses most in one run that logged statistics (nvfp4_stats_interval > 0)."""
+
+  run: str
+  step: int = Field(description="the last statistics step, which the rows describe")
+  statistics: int = Field(description="how many nvfp4/ statistics that step logged")
+  heatmap: str = Field(description="the PNG beside report.md")
+  worst: list[QuantStatsRow] = Field(description="the cells with the largest rel_error, largest first")
+  worst_layer: int | None = Field(description="the layer whose mean rel_error over its GEMM operands is largest")
+  worst_layer_mean_rel_error: float | None
+  median_layer_mean_rel_error: float | None = Field(description="the median of that mean over the layers")
+  try_key: str | None = Field(description="the override that runs the worst layer's MLP GEMMs in BF16")
+
+
 class Report(_Model):
   """report.json."""
 
@@ -185,3 +209,5 @@ class Report(_Model):
   settings: Settings
   runs: list[RunSummary]
   comparisons: list[Comparison]
+  quant_stats: list[QuantStatsSummary] = Field(
+      [], description="runs that logged NVFP4 quantization statistics: where NVFP4 loses most")

@@ -20,27 +20,39 @@ from tests.te import harness
 GEMM, QUANTIZE, RHT_AMAX = "te_gemm_v2_ffi", "te_dbias_quantize_ffi", "te_rht_amax_ffi"
 
 
-def _lower_gemm(te, recipe, precision="nvfp4", nonfinite_check=True) -> str:
-  """d/dx, d/dW of sum(y^2) for y = x W through one TE module, lowered for CUDA (y^2 keeps the fprop GEMM live)."""
+def _lower_gemm(te, recipe, precision="nvfp4", nonfinite_check=True, stats_interval=0) -> str:
+  """d/dx, d/dW of sum(y^2) for y = x W through one TE module, lowered for CUDA (y^2 keeps the fprop GEMM live).
+
+  With stats_interval, inside a traced training step, and d/d(the statistics variable) too (what maxtext's train
+  step takes from the `_overwrite_with_gradient` collection)."""
   import jax  # pylint: disable=import-outside-toplevel
   import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
 
+  from MaxText.backends import flags  # pylint: disable=import-outside-toplevel
   from MaxText.backends import te as te_backend  # pylint: disable=import-outside-toplevel
+  from MaxText.backends.telemetry import STATS_COLLECTION  # pylint: disable=import-outside-toplevel
   from MaxText.precision.policy import Precision  # pylint: disable=import-outside-toplevel
+  from MaxText.precision.switches import Switches  # pylint: disable=import-outside-toplevel
 
   del te  # imported through the shims by the fixture
-  module = te_backend.dot_general_cls(Precision(precision), recipe, nonfinite_check)()
+  module = te_backend.dot_general_cls(Precision(precision), recipe, nonfinite_check, Switches(), stats_interval)()
   x = jax.ShapeDtypeStruct((2, 64, 128), jnp.bfloat16)
   w = jax.ShapeDtypeStruct((128, 256), jnp.bfloat16)
   dims = (((2,), (0,)), ((), ()))
   rngs = {"params": jax.random.key(0), "dropout": jax.random.key(1)}
   variables = jax.eval_shape(lambda a, b: module.init(rngs, a, b, dims), x, w)
 
-  def loss(a, b, v):
-    y, _ = module.apply(v, a, b, dims, rngs={"dropout": jax.random.key(2)}, mutable=["aqt"])
+  stats = variables.get(STATS_COLLECTION)
+
+  def loss(a, b, v, step, stats):
+    with flags.step_scope(step):
+      y, _ = module.apply({**v, **({STATS_COLLECTION: stats} if stats else {})}, a, b, dims,
+                          rngs={"dropout": jax.random.key(2)}, mutable=["aqt"])
     return jnp.sum(jnp.square(y.astype(jnp.float32)))
 
-  return harness.lower_cuda(jax.grad(loss, argnums=(0, 1)), x, w, variables)
+  argnums = (0, 1, 4) if stats_interval else (0, 1)
+  return harness.lower_cuda(jax.grad(loss, argnums=argnums), x, w, variables, jax.ShapeDtypeStruct((), jnp.int32),
+                            stats)
 
 
 def _scaling_modes():
@@ -176,3 +188,17 @@ def test_te_module_serves_a_new_stochastic_rounding_key_each_step(te):
     keys.append(np.asarray(jax.random.key_data(key)))
     aqt = state["aqt"]
   assert len({k.tobytes() for k in keys}) == 3, keys
+
+
+def test_operand_statistics_sit_beside_te_without_changing_its_calls(te):
+  """nvfp4_stats_interval on TE: TE's own calls are unchanged (3 GEMMs, 3 quantizes, 2 RHT amaxes); our quantizer's
+  statistics run under conditionals beside them (forward: x, W, x^T; backward: dY, dY^T), and the statistics
+  variable gets a 5 x 4 gradient, which maxtext's train step writes back into it."""
+  from MaxText.nvfp4.gemm import GemmRecipe  # pylint: disable=import-outside-toplevel
+
+  plain = _lower_gemm(te, GemmRecipe())
+  text = _lower_gemm(te, GemmRecipe(), stats_interval=10)
+  assert Counter(c.target for c in harness.te_calls(text)) == Counter(c.target for c in harness.te_calls(plain))
+  assert text.count("stablehlo.case") >= plain.count("stablehlo.case") + 2, "the statistics are not conditional"
+  (main,) = [line for line in text.splitlines() if "func.func public @main" in line]
+  assert main.rsplit("->", 1)[1].count("tensor<5x4xf32>") == 1, main  # d/d(statistics variable) is an output

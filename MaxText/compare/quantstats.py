@@ -1,0 +1,124 @@
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
+"""The per-GEMM quantization statistics a run logged (nvfp4_stats_interval): where NVFP4 loses most, and a heatmap.
+
+A statistic's metric name is `nvfp4/layer_03/mlp/wo/wgrad_dy/rel_error` (MaxText.integration.telemetry): decoder
+layer, GEMM (the module path inside the layer), operand, statistic. This module reads them back from a run's
+scalars, ranks the layer/GEMM/operand cells by relative error at the last statistics step, and draws
+`stats_<run>.png`: rel_error and underflow per decoder layer x GEMM-operand at that step (top), and each layer's
+mean over its GEMM operands at every statistics step (bottom).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+from matplotlib.figure import Figure  # pylint: disable=wrong-import-position
+
+import numpy as np  # pylint: disable=wrong-import-position
+
+from MaxText.compare.metrics import QUANT_STATS_PREFIX as PREFIX  # pylint: disable=wrong-import-position
+from MaxText.compare.metrics import RunMetrics  # pylint: disable=wrong-import-position
+from MaxText.compare.schema import QuantStatsRow, QuantStatsSummary  # pylint: disable=wrong-import-position
+
+__all__ = ["heatmap_file", "parse_name", "plot_all", "plot_heatmap", "summarize"]
+
+_NAME_RE = re.compile(r"^nvfp4/layer_(?P<layer>-?\d+)/(?P<gemm>.+)/(?P<operand>[a-z_]+)/(?P<stat>[a-z_]+)$")
+#: Statistics drawn, with their color scale's label.
+_DRAWN = (("rel_error", "relative error ||q(x) - x|| / ||x||"), ("underflow", "underflow: nonzero -> 0"))
+_DPI = 120
+
+
+def parse_name(name: str) -> tuple[int, str, str, str] | None:
+  """(layer, gemm, operand, statistic) of a statistic's metric name, or None for any other metric."""
+  match = _NAME_RE.match(name)
+  return None if match is None else (int(match["layer"]), match["gemm"], match["operand"], match["stat"])
+
+
+def heatmap_file(run_name: str) -> str:
+  return f"stats_{re.sub(r'[^A-Za-z0-9_.-]+', '_', run_name)}.png"
+
+
+def _grid(values: dict[str, float], stat: str) -> tuple[list[int], list[str], np.ndarray]:
+  """(layers, 'gemm/operand' columns, layers x columns array of `stat`) from one step's statistics."""
+  cells = {}
+  for name, value in values.items():
+    parsed = parse_name(name)
+    if parsed is not None and parsed[3] == stat:
+      cells[(parsed[0], f"{parsed[1]}/{parsed[2]}")] = value
+  layers = sorted({layer for layer, _ in cells})
+  columns = sorted({column for _, column in cells})
+  grid = np.full((len(layers), len(columns)), np.nan)
+  for (layer, column), value in cells.items():
+    grid[layers.index(layer), columns.index(column)] = value
+  return layers, columns, grid
+
+
+def summarize(run: RunMetrics, top: int = 5) -> QuantStatsSummary | None:
+  """The `top` layer/GEMM/operand cells with the largest relative error at the run's last statistics step, with
+  their underflow and the key that would run that layer's MLP GEMMs in BF16; None if the run logged none."""
+  if not run.quant_stats:
+    return None
+  step = max(run.quant_stats)
+  values = run.quant_stats[step]
+  rows = []
+  for name, value in values.items():
+    parsed = parse_name(name)
+    if parsed is None or parsed[3] != "rel_error":
+      continue
+    layer, gemm, operand, _ = parsed
+    underflow = values.get(f"{PREFIX}layer_{layer:02d}/{gemm}/{operand}/underflow")
+    rows.append(QuantStatsRow(layer=layer, gemm=gemm, operand=operand, rel_error=value, underflow=underflow))
+  rows.sort(key=lambda r: -r.rel_error if np.isfinite(r.rel_error) else -np.inf)
+  layers = {r.layer for r in rows}
+  by_layer = {layer: np.nanmean([r.rel_error for r in rows if r.layer == layer]) for layer in layers}
+  worst_layer = max(by_layer, key=lambda layer: by_layer[layer]) if by_layer else None
+  median = float(np.nanmedian(list(by_layer.values()))) if by_layer else None
+  return QuantStatsSummary(
+      run=run.name, step=step, statistics=len(values), heatmap=heatmap_file(run.name), worst=rows[:top],
+      worst_layer=worst_layer, worst_layer_mean_rel_error=None if worst_layer is None else float(by_layer[worst_layer]),
+      median_layer_mean_rel_error=median,
+      try_key=None if worst_layer is None else f"nvfp4_bf16_layers=[{worst_layer}]")
+
+
+def plot_heatmap(run: RunMetrics, path: Path) -> None:
+  """stats_<run>.png (see the module docstring)."""
+  steps = sorted(run.quant_stats)
+  last = run.quant_stats[steps[-1]]
+  fig = Figure(figsize=(13, 8.5), dpi=_DPI, layout="constrained")
+  axes = fig.subplots(2, 2)
+  for col, (stat, label) in enumerate(_DRAWN):
+    layers, columns, grid = _grid(last, stat)
+    ax = axes[0, col]
+    image = ax.imshow(grid, aspect="auto", cmap="viridis", interpolation="nearest")
+    ax.set_title(f"{stat} at step {steps[-1]} (last statistics step)")
+    ax.set_yticks(range(len(layers)), [f"layer {i}" for i in layers])
+    ax.set_xticks(range(len(columns)), columns, rotation=60, ha="right", fontsize=7)
+    fig.colorbar(image, ax=ax, label=label)
+    over_time = np.array([[np.nanmean(row) if np.isfinite(row).any() else np.nan
+                           for row in _grid(run.quant_stats[s], stat)[2]] for s in steps]).T
+    ax = axes[1, col]
+    image = ax.imshow(over_time, aspect="auto", cmap="viridis", interpolation="nearest")
+    ax.set_title(f"{stat}: mean over each layer's GEMM operands")
+    ax.set_yticks(range(len(layers)), [f"layer {i}" for i in layers])
+    ticks = np.unique(np.linspace(0, len(steps) - 1, min(len(steps), 10)).astype(int))
+    ax.set_xticks(ticks, [str(steps[i]) for i in ticks])
+    ax.set_xlabel("training step")
+    fig.colorbar(image, ax=ax, label=label)
+  fig.suptitle(f"NVFP4 quantization statistics: {run.name}")
+  fig.savefig(path)
+
+
+def plot_all(runs: Sequence[RunMetrics], out: Path) -> list[Path]:
+  """A heatmap for every run that logged statistics; the paths written."""
+  written = []
+  for run in runs:
+    if run.quant_stats:
+      path = out / heatmap_file(run.name)
+      plot_heatmap(run, path)
+      written.append(path)
+  return written

@@ -1,0 +1,70 @@
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
+"""What nvfp4_stats_interval costs: mean training step time with statistics every step and every 10th, against none.
+
+The mean, not the median: with interval N only one step in N measures (the others run the same program with the
+statistics branch of a `lax.cond` not taken), so the median would hide exactly the cost asked about. The timed
+window starts after `--skip` steps (compilation) and spans a multiple of every interval, so each interval's
+statistics steps are counted in their true proportion. All rows run in one invocation, in turn (--rounds R keeps
+each row's lowest mean: other processes slow whichever run they overlap). Goal (issue 17): <= 1.05x at interval 10.
+
+  .venv/bin/python scripts/bench_stats.py [--config configs/bench_mlp.yml] [--rounds 1] [--json PATH] [key=value ...]
+"""
+
+import argparse
+import json
+import os
+import pathlib
+import platform
+import statistics
+import sys
+import tempfile
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from bench_step import train_step_times  # pylint: disable=wrong-import-position
+
+#: name -> overrides; the first is the reference every row is divided by.
+ROWS = {
+    "te_nvfp4": ["quantization=te_nvfp4"],
+    "te_nvfp4 stats every 10": ["quantization=te_nvfp4", "nvfp4_stats_interval=10"],
+    "te_nvfp4 stats every step": ["quantization=te_nvfp4", "nvfp4_stats_interval=1"],
+}
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--config", default="configs/bench_mlp.yml")
+  parser.add_argument("--skip", type=int, default=10, help="leading steps left out (compilation); a multiple of 10")
+  parser.add_argument("--timed", type=int, default=30, help="steps timed after --skip; a multiple of 10")
+  parser.add_argument("--rounds", type=int, default=1, help="run every row this many times; keep the best")
+  parser.add_argument("--json", type=pathlib.Path, default=pathlib.Path("results/bench_stats.json"))
+  parser.add_argument("overrides", nargs="*", help="extra key=value for every run")
+  args = parser.parse_args()
+  if args.skip % 10 or args.timed % 10 or args.timed <= 0:
+    raise SystemExit(f"bench_stats: --skip {args.skip} and --timed {args.timed} must be multiples of 10 (and "
+                     "--timed > 0), so every interval's statistics steps are counted in proportion")
+  config = str(pathlib.Path(args.config).resolve())
+  steps = args.skip + args.timed
+  means: dict[str, list[float]] = {name: [] for name in ROWS}
+  with tempfile.TemporaryDirectory() as tmp:
+    for round_ in range(args.rounds):
+      for i, (name, overrides) in enumerate(ROWS.items()):
+        times = train_step_times(config, f"row{i}", [*overrides, *args.overrides], steps, pathlib.Path(tmp))
+        means[name].append(statistics.fmean(times[args.skip:steps]))
+        print(f"  round {round_ + 1}: {name}: {means[name][-1] * 1e3:.1f} ms", flush=True)
+  base = min(next(iter(means.values())))
+  rows = [{"row": name, "overrides": ROWS[name], "mean_step_s": min(m), "round_means_s": m,
+           "x_no_stats": min(m) / base} for name, m in means.items()]
+  print(f"\nmean step time over steps {args.skip}-{steps - 1}, {args.config} {' '.join(args.overrides)} (best of "
+        f"{args.rounds} round(s))")
+  print(f"{'row':<28}{'ms/step':>10}{'x no stats':>12}")
+  for r in rows:
+    print(f"{r['row']:<28}{r['mean_step_s'] * 1e3:>10.1f}{r['x_no_stats']:>12.3f}")
+  args.json.parent.mkdir(parents=True, exist_ok=True)
+  args.json.write_text(json.dumps({"config": args.config, "overrides": args.overrides, "skip": args.skip,
+                                   "timed": args.timed, "rounds": args.rounds, "host": platform.node(),
+                                   "cpus": os.cpu_count(), "rows": rows}, indent=2))
+  print(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+  main()
