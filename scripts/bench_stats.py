@@ -4,8 +4,9 @@
 The mean, not the median: with interval N only one step in N measures (the others run the same program with the
 statistics branch of a `lax.cond` not taken), so the median would hide exactly the cost asked about. The timed
 window starts after `--skip` steps (compilation) and spans a multiple of every interval, so each interval's
-statistics steps are counted in their true proportion. All rows run in one invocation, in turn (--rounds R keeps
-each row's lowest mean: other processes slow whichever run they overlap). Goal (issue 17): <= 1.05x at interval 10.
+statistics steps are counted in their true proportion. All rows run in one invocation, in turn; with --rounds R the
+ratio to the no-statistics row is taken within each round (rows run back to back, under about the same load) and
+the median over rounds is reported. Goal (issue 17): <= 1.05x at interval 10.
 
   .venv/bin/python scripts/bench_stats.py [--config configs/bench_mlp.yml] [--rounds 1] [--json PATH] [key=value ...]
 """
@@ -51,14 +52,17 @@ def main() -> None:
         times = train_step_times(config, f"row{i}", [*overrides, *args.overrides], steps, pathlib.Path(tmp))
         means[name].append(statistics.fmean(times[args.skip:steps]))
         print(f"  round {round_ + 1}: {name}: {means[name][-1] * 1e3:.1f} ms", flush=True)
-  base = min(next(iter(means.values())))
+  reference = next(iter(means.values()))
   rows = [{"row": name, "overrides": ROWS[name], "mean_step_s": min(m), "round_means_s": m,
-           "x_no_stats": min(m) / base} for name, m in means.items()]
-  print(f"\nmean step time over steps {args.skip}-{steps - 1}, {args.config} {' '.join(args.overrides)} (best of "
-        f"{args.rounds} round(s))")
-  print(f"{'row':<28}{'ms/step':>10}{'x no stats':>12}")
+           # Paired per round (the rows of one round ran back to back, under about the same load), then the median.
+           "round_ratios": [a / b for a, b in zip(m, reference)],
+           "x_no_stats": statistics.median(a / b for a, b in zip(m, reference))} for name, m in means.items()]
+  print(f"\nmean step time over steps {args.skip}-{steps - 1}, {args.config} {' '.join(args.overrides)} ({args.rounds} "
+        "round(s); ms/step: the best round; x no stats: the median over rounds of the ratio within a round)")
+  print(f"{'row':<28}{'ms/step':>10}{'x no stats':>12}  per round")
   for r in rows:
-    print(f"{r['row']:<28}{r['mean_step_s'] * 1e3:>10.1f}{r['x_no_stats']:>12.3f}")
+    per_round = " ".join(f"{x:.3f}" for x in r["round_ratios"])
+    print(f"{r['row']:<28}{r['mean_step_s'] * 1e3:>10.1f}{r['x_no_stats']:>12.3f}  {per_round}")
   args.json.parent.mkdir(parents=True, exist_ok=True)
   args.json.write_text(json.dumps({"config": args.config, "overrides": args.overrides, "skip": args.skip,
                                    "timed": args.timed, "rounds": args.rounds, "host": platform.node(),

@@ -45,9 +45,12 @@ def current_training_run() -> str | None:
   return _run_dir.get()
 
 
-def _reinitialized(old: str, new: str) -> str:
-  """What maxtext fills from a fresh init when a checkpoint written under `old` resumes under `new`."""
+def _reinitialized(old: str, new: str, old_stats: int = 0, new_stats: int = 0) -> str:
+  """What maxtext fills from a fresh init when a checkpoint written under `old` resumes under `new` (and with
+  nvfp4_stats_interval `old_stats` -> `new_stats`)."""
   parts = []
+  if new_stats and not old_stats:
+    parts.append("the per-GEMM statistics variables (nvfp4_stats) start at zero until the next statistics step")
   if new in NVFP4_MODES and old not in NVFP4_MODES:
     parts.append("the NVFP4 stochastic-rounding counters (nvfp4_sr_count) and layer indices start fresh")
   if new.startswith("fp8") and not old.startswith("fp8"):
@@ -79,7 +82,9 @@ def note_resume(config: Any) -> dict[str, Any] | None:
     if changed:
       old_mode, new_mode = str(before.get("quantization") or ""), str(now["quantization"] or "")
       change = {"time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                "changed": changed, "reinitialized": _reinitialized(old_mode, new_mode)}
+                "changed": changed,
+                "reinitialized": _reinitialized(old_mode, new_mode, int(before.get("nvfp4_stats_interval") or 0),
+                                                int(now.get("nvfp4_stats_interval") or 0))}
       keys = ", ".join(f"{k}: {v['old']!r} -> {v['new']!r}" for k, v in changed.items())
       _LOG.warning("NVFP4: resuming %s with changed precision settings (%s); %s. Recorded in %s", directory, keys,
                    change["reinitialized"], directory / CHANGES_FILE)

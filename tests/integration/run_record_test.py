@@ -32,6 +32,14 @@ def test_record_and_change_detection(tmp_path, caplog) -> None:
   assert "quantization: 'fp8' -> 'te_nvfp4'" in caplog.text
   lines = (tmp_path / "r" / run_record.CHANGES_FILE).read_text().splitlines()
   assert len(lines) == 1 and json.loads(lines[0])["changed"] == change["changed"]
+  # Statistics turned on across a resume (a checkpoint without their variables: maxtext starts them fresh), and a
+  # list key recorded as JSON holds it: an unchanged nvfp4_bf16_layers is no change.
+  change = run_record.note_resume(_config(tmp_path, nvfp4_bf16_from_step=8, nvfp4_stats_interval=5,
+                                          nvfp4_bf16_layers=[1]))
+  assert set(change["changed"]) == {"nvfp4_stats_interval", "nvfp4_bf16_layers"}
+  assert "statistics variables (nvfp4_stats) start at zero" in change["reinitialized"]
+  assert run_record.note_resume(_config(tmp_path, nvfp4_bf16_from_step=8, nvfp4_stats_interval=5,
+                                        nvfp4_bf16_layers=[1])) is None
 
 
 @pytest.mark.slow
