@@ -92,18 +92,20 @@ def train_cli(
     timeout: float = 300,
     env: dict[str, str] | None = None,
     config: pathlib.Path = TINY_YML,
+    repo: pathlib.Path = REPO_ROOT,
 ) -> Run:
   """Runs the training CLI on `config` (configs/tiny.yml), on CPU, in a subprocess.
 
   `as_file` runs `python MaxText/train.py` (the historic form) instead of `python -m MaxText.train`; `env`
-  adds environment variables (e.g. XLA_FLAGS for simulated devices).
+  adds environment variables (e.g. XLA_FLAGS for simulated devices); `repo` runs another tree of this project
+  (an earlier commit's code, first on sys.path as the working directory), with `config` at the same relative path.
   """
   entry = ["MaxText/train.py"] if as_file else ["-m", "MaxText.train"]
   args = [*entry, str(config.relative_to(REPO_ROOT)), f"jax_cache_dir={jax_cache_dir}", *overrides]
   start = time.monotonic()
   proc = subprocess.run(
       [sys.executable, *args],
-      cwd=REPO_ROOT,
+      cwd=repo,
       env=dict(os.environ, JAX_PLATFORMS="cpu", **(env or {})),
       capture_output=True,
       text=True,
