@@ -37,14 +37,16 @@ import jax.numpy as jnp
 from MaxText.backends.environment import Environment, resolve_backend
 from MaxText.backends.flags import gemm_flags
 from MaxText.backends.sr import sr_key
+from MaxText.backends.telemetry import STATS_COLLECTION, STATS_NAME, stats_flag
 from MaxText.nvfp4 import grouped
 from MaxText.nvfp4.gemm import GemmRecipe, select_bf16
+from MaxText.nvfp4.stats import empty_gemm_stats
 from MaxText.precision.modes import Backend
 from MaxText.precision.policy import Precision
 from MaxText.precision.settings import Settings
 from MaxText.precision.switches import Switches
 
-__all__ = ["ExpertCall", "ExpertGemms", "ExpertState", "JAX_RAGGED_DOT", "TE_MISSING", "active_call", "config_error",
+__all__ = ["EXPERT_GEMMS", "ExpertCall", "ExpertGemms", "ExpertState", "JAX_RAGGED_DOT", "TE_MISSING", "active_call", "config_error",
            "expert_call", "expert_einsum", "expert_gemms", "expert_plan", "grouped_gemm", "is_expert_kernel"]
 
 #: `quant.einsum(mesh_axes=...)` serves two kinds of right-hand sides in RoutedMoE.dense_matmul: expert kernels,
@@ -55,6 +57,8 @@ _MASK_AXIS_PREFIX = "activation"
 #: jax's own ragged_dot, for the unquantized branch: while an NVFP4 RoutedMoE call is traced the integration layer
 #: routes `jax.lax.ragged_dot` here, so the BF16 branch must not look the attribute up again.
 JAX_RAGGED_DOT = jax.lax.ragged_dot
+#: Expert GEMMs of one RoutedMoE call with statistics slots, in call order: wi_0, wi_1, wo.
+EXPERT_GEMMS = ("wi_0", "wi_1", "wo")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,6 +145,7 @@ class ExpertCall:
   forward_bf16: jax.Array | None
   calls: Any = dataclasses.field(default_factory=itertools.count)
   gemms_run: int = 0  # expert GEMMs that went through the hooks in this call
+  stats: tuple[jax.Array, jax.Array] | None = None  # (sink: EXPERT_GEMMS x E x 5 x 4, flag): nvfp4_stats_interval
 
   def next_key(self) -> jax.Array | None:
     """A distinct key per expert GEMM of the layer (wi_0, wi_1, wo, in call order)."""
@@ -151,12 +156,20 @@ class ExpertCall:
 
     `nvfp4(*operands, key=, recipe=, forward_bf16=)` is the NVFP4 GEMM, `bf16(*operands)` the unquantized one.
     """
+    index = self.gemms_run
     self.gemms_run += 1
     key = self.next_key()
     forward_bf16 = False if self.forward_bf16 is None else self.forward_bf16
+    stats = None
+    if self.stats is not None:
+      sink, flag = self.stats
+      if index >= sink.shape[0]:
+        raise NotImplementedError(f"NVFP4 expert statistics: this RoutedMoE call runs more than {sink.shape[0]} "
+                                  "expert GEMMs (wi_0, wi_1, wo); set nvfp4_stats_interval=0 for this model.")
+      stats = (sink[index], flag)
 
     def quantized(*ops):
-      return nvfp4(*ops, key=key, recipe=self.recipe, forward_bf16=forward_bf16)
+      return nvfp4(*ops, key=key, recipe=self.recipe, forward_bf16=forward_bf16, stats=stats)
 
     return select_bf16(self.all_bf16, bf16, quantized, *operands)
 
@@ -187,11 +200,24 @@ class ExpertState(nn.Module):
 
   stochastic_rounding: bool
   switches: Switches
+  num_experts: int = 0
+  stats_interval: int = 0  # nvfp4_stats_interval: per-expert operand statistics of each expert GEMM
 
   @nn.compact
-  def __call__(self) -> tuple[jax.Array | None, jax.Array | None, jax.Array | None]:
+  def __call__(self) -> tuple[jax.Array | None, jax.Array | None, jax.Array | None,
+                              tuple[jax.Array, jax.Array] | None]:
     key = sr_key(self) if self.stochastic_rounding else None
-    return (key, *gemm_flags(self, self.switches))
+    return (key, *gemm_flags(self, self.switches), self._stats())
+
+  def _stats(self) -> tuple[jax.Array, jax.Array] | None:
+    """(sink, flag) for the layer's expert GEMMs: a statistics variable per expert GEMM and expert, in maxtext's
+    `_overwrite_with_gradient` collection (MaxText.backends.telemetry), and the statistics-step flag."""
+    if not self.stats_interval:
+      return None
+    sink = self.variable(STATS_COLLECTION, STATS_NAME, lambda: jnp.broadcast_to(
+        empty_gemm_stats(), (len(EXPERT_GEMMS), self.num_experts, *empty_gemm_stats().shape)))
+    flag = stats_flag(self.stats_interval)
+    return None if flag is None or self.is_initializing() else (sink.value, flag)
 
 
 def grouped_gemm(call: ExpertCall, lhs: jax.Array, rhs: jax.Array, group_sizes: jax.Array,

@@ -22,11 +22,17 @@ from MaxText.backends.flags import current_step
 from MaxText.nvfp4.gemm import DimensionNumbers, GemmRecipe
 from MaxText.nvfp4.stats import empty_gemm_stats, gemm_with_operand_stats
 
-__all__ = ["STATS_COLLECTION", "STATS_NAME", "with_stats"]
+__all__ = ["STATS_COLLECTION", "STATS_NAME", "stats_flag", "with_stats"]
 
 #: maxtext's collection whose variables the train step overwrites with their gradient.
 STATS_COLLECTION = "_overwrite_with_gradient"
 STATS_NAME = "nvfp4_stats"
+
+
+def stats_flag(interval: int) -> jax.Array | None:
+  """Inside a traced train/eval step: whether this step measures (`step % interval == 0`); None outside one."""
+  step = current_step()
+  return None if step is None or not interval else (step % interval) == 0
 
 
 def with_stats(module: Any, gemm: Callable[[jax.Array, jax.Array, Any], jax.Array], extra: Any,
@@ -41,8 +47,7 @@ def with_stats(module: Any, gemm: Callable[[jax.Array, jax.Array, Any], jax.Arra
   if not interval:
     return untapped
   sink = module.variable(STATS_COLLECTION, STATS_NAME, empty_gemm_stats)
-  step = current_step()
-  if step is None or module.is_initializing():
+  flag = stats_flag(interval)
+  if flag is None or module.is_initializing():
     return untapped
-  flag = (step % interval) == 0
   return lambda lhs, rhs: gemm_with_operand_stats(gemm, lhs, rhs, extra, sink.value, flag, dimension_numbers, recipe)

@@ -17,7 +17,9 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 
+from MaxText.backends.experts import EXPERT_GEMMS
 from MaxText.backends.telemetry import STATS_NAME
 from MaxText.integration.layers import layer_indices
 from MaxText.nvfp4.stats import GEMM_OPERANDS, STAT_NAMES
@@ -28,6 +30,8 @@ __all__ = ["PREFIX", "filter_written_metrics", "is_stats_step", "metric_name", "
 
 #: Every statistic's metric name starts with it.
 PREFIX = "nvfp4/"
+#: Statistics an expert stack also reports for its worst expert.
+_WORST = ("underflow", "rel_error")
 
 
 def metric_name(layer: int, gemm: tuple[str, ...], operand: str, stat: str) -> str:
@@ -53,17 +57,36 @@ def stats_metrics(state: Any, settings: Settings, first_num_dense_layers: int = 
     names = _model_path(path)
     if not names or names[-1] != STATS_NAME:
       continue
-    stacked = leaf.ndim == 3  # (layers, operands, stats) under scan
+    expert = leaf.ndim in (4, 5)  # a RoutedMoE layer's (expert GEMMs, experts, operands, stats)
+    stacked = leaf.ndim in (3, 5)  # a leading layer axis under scan
     indices = layer_indices(names, leaf.shape if stacked else (), first_num_dense_layers) or [-1]
     gemm = names[2:-2]  # after decoder/<stack>, before <GEMM module>/nvfp4_stats
     for slot, layer in enumerate(indices):
       if layer >= 0 and settings.switches.bf16_layer(layer):
         continue
       values = leaf[slot] if stacked else leaf
+      if expert:
+        for g, name in enumerate(EXPERT_GEMMS):
+          metrics.update(_expert_stack_metrics(layer, (*gemm, "experts", name), values[g]))
+        continue
       for i, operand in enumerate(GEMM_OPERANDS):
         for j, stat in enumerate(STAT_NAMES):
           metrics[metric_name(layer, gemm, operand, stat)] = values[i, j]
   return metrics
+
+
+def _expert_stack_metrics(layer: int, gemm: tuple[str, ...], values: jax.Array) -> dict[str, jax.Array]:
+  """One expert GEMM's statistics over its experts (values: experts x operands x stats): amax the largest, the
+  others the mean over experts, and `<stat>_worst`, the largest expert's, for underflow and rel_error. An expert
+  that received no token in the step reports zeros and pulls the mean down."""
+  out = {}
+  for i, operand in enumerate(GEMM_OPERANDS):
+    for j, stat in enumerate(STAT_NAMES):
+      column = values[:, i, j]
+      out[metric_name(layer, gemm, operand, stat)] = jnp.max(column) if stat == "amax" else jnp.mean(column)
+      if stat in _WORST:
+        out[metric_name(layer, gemm, operand, f"{stat}_worst")] = jnp.max(column)
+  return out
 
 
 def is_stats_step(settings: Settings, step: int) -> bool:

@@ -34,6 +34,7 @@ import jax.numpy as jnp
 
 from MaxText.nvfp4.formats import BLOCK_SIZE, next_multiple
 from MaxText.nvfp4.gemm import GemmRecipe, nvfp4_dot_general
+from MaxText.nvfp4.stats import gemm_with_operand_stats
 
 __all__ = ["batched_expert_matmul", "grouped_matmul", "group_capacity"]
 
@@ -57,6 +58,7 @@ def batched_expert_matmul(
     key: jax.Array | None,
     recipe: GemmRecipe = GemmRecipe(),
     forward_bf16: jax.Array | bool = False,
+    stats: tuple[jax.Array, jax.Array] | None = None,
 ) -> jax.Array:
   """Per-expert NVFP4 GEMMs y[e] = x[e] . w[e] (or x . w[e] for a shared x), each with its own amaxes.
 
@@ -67,6 +69,9 @@ def batched_expert_matmul(
     key: PRNG key for stochastic rounding of the output gradients (None only when the recipe has no SR).
     recipe: the recipe switches, as for the dense GEMMs.
     forward_bf16: the late switch of the forward pass to BF16 (nvfp4_dot_general's), gradients stay NVFP4.
+    stats: (sink, flag): each expert's operand statistics (stats.gemm_with_operand_stats) as the gradient of
+      sink[e] (E x 5 x 4), computed where the traced bool `flag` is true. Padding slots are zero rows, which
+      change no statistic (zeros count in neither underflow nor the error, and no block amax).
 
   Returns:
     E x T x N in x's dtype.
@@ -79,12 +84,19 @@ def batched_expert_matmul(
     # ("Unsupported element type for DotThunk: BF16 x BF16 = F32" in the RHT of the unbatched x^T).
     x = jnp.broadcast_to(x, (experts, *x.shape))
 
-  def one(x_e, w_e, key_e):
+  def gemm(x_e, w_e, key_e):
     return nvfp4_dot_general(x_e, w_e, _NN, key=key_e, recipe=recipe, forward_bf16=forward_bf16)
 
-  if keys is None:
-    return jax.vmap(functools.partial(one, key_e=None))(x, w)
-  return jax.vmap(one)(x, w, keys)
+  if stats is None:
+    if keys is None:
+      return jax.vmap(functools.partial(gemm, key_e=None))(x, w)
+    return jax.vmap(gemm)(x, w, keys)
+  sink, flag = stats
+
+  def tapped(x_e, w_e, key_e, sink_e):
+    return gemm_with_operand_stats(gemm, x_e, w_e, key_e, sink_e, flag, _NN, recipe)
+
+  return jax.vmap(tapped, in_axes=(0, 0, None if keys is None else 0, 0))(x, w, keys, sink)
 
 
 def grouped_matmul(
@@ -95,6 +107,7 @@ def grouped_matmul(
     key: jax.Array | None,
     recipe: GemmRecipe = GemmRecipe(),
     forward_bf16: jax.Array | bool = False,
+    stats: tuple[jax.Array, jax.Array] | None = None,
 ) -> jax.Array:
   """`jax.lax.ragged_dot(x, w, group_sizes)` with every expert GEMM in NVFP4 (fprop, dgrad, wgrad).
 
@@ -106,6 +119,7 @@ def grouped_matmul(
     key: PRNG key for stochastic rounding (None only when the recipe has no SR).
     recipe: the recipe switches.
     forward_bf16: the late switch of the forward pass to BF16, as in batched_expert_matmul.
+    stats: per-expert operand statistics, as in batched_expert_matmul (each expert's slab is its operand).
 
   Returns:
     M x N in x's dtype.
@@ -122,7 +136,8 @@ def grouped_matmul(
   slot = jnp.arange(capacity, dtype=jnp.int32)
   src = jnp.clip(starts[:, None] + slot[None, :], 0, rows - 1)
   slabs = jnp.where((slot[None, :] < sizes[:, None])[..., None], x[src], jnp.zeros((), x.dtype))
-  y_slabs = batched_expert_matmul(slabs, w, key=key, recipe=recipe, forward_bf16=forward_bf16)  # (E, C, N)
+  y_slabs = batched_expert_matmul(slabs, w, key=key, recipe=recipe, forward_bf16=forward_bf16,
+                                  stats=stats)  # (E, C, N)
   # Back to rows: row r belongs to the first expert whose end is past r; rows past every end are padding.
   row = jnp.arange(rows, dtype=jnp.int32)
   owner = jnp.searchsorted(ends, row, side="right")

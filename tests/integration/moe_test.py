@@ -52,12 +52,15 @@ _RUNS = {
     "mixtral_late": [*MIXTRAL, "sparse_matmul=true", "megablox=false", "nvfp4_bf16_from_step=1",
                      "learning_rate_schedule_steps=20"],
     "mixtral_last_bf16": [*MIXTRAL, "sparse_matmul=false", "nvfp4_bf16_last_layers=1"],
+    # Per-expert quantization statistics every 2 steps: the losses stay mixtral_sparse's.
+    "mixtral_stats": [*MIXTRAL, "sparse_matmul=true", "megablox=false", "nvfp4_stats_interval=2",
+                      "learning_rate_schedule_steps=20"],
     # FSDP over 4 simulated devices, the same global batch (4 x 1 x 64 tokens) as the 1-device runs.
     "mixtral_sparse_fsdp4": [*MIXTRAL, "sparse_matmul=true", "megablox=false", "ici_fsdp_parallelism=4",
                              "per_device_batch_size=1", "learning_rate_schedule_steps=20"],
 }
 #: Runs that need fewer than STEPS steps.
-_SHORT = {"mixtral_late": 2, "mixtral_last_bf16": 1, "mixtral_sparse_fsdp4": 3}
+_SHORT = {"mixtral_late": 2, "mixtral_last_bf16": 1, "mixtral_sparse_fsdp4": 3, "mixtral_stats": 3}
 _ENV = {"mixtral_sparse_fsdp4": {"XLA_FLAGS": "--xla_force_host_platform_device_count=4"}}
 #: 4 devices vs 1: the sparse path runs inside maxtext's shard_map, so each device quantizes its own tokens (an
 #: expert's activation amax is per device, as on every rank of a multi-GPU run). Measured gap: 2e-4 (step 0),
@@ -143,6 +146,23 @@ def test_late_bf16_switch_and_bf16_layers_reach_the_experts(runs):
   last = read_losses(runs["mixtral_last_bf16"] / "metrics.jsonl")[0]
   dense, base = (read_losses(runs[n] / "metrics.jsonl")[0] for n in ("mixtral_dense", "mixtral_bf16"))
   assert abs(last - dense) > 1e-5 and abs(last - base) > 1e-5, (last, dense, base)
+
+
+@pytest.mark.slow
+def test_expert_statistics_per_stack_leave_the_losses_unchanged(runs):
+  """nvfp4_stats_interval=2: each layer's expert GEMMs (wi_0, wi_1, wo) report every operand's statistics over the
+  experts (mean, amax's max, and the worst expert's underflow and rel_error) at steps 0 and 2; losses unchanged."""
+  rows = [json.loads(line) for line in (runs["mixtral_stats"] / "metrics.jsonl").read_text().splitlines()]
+  plain = read_losses(runs["mixtral_sparse"] / "metrics.jsonl")
+  assert [r["learning/loss"] for r in rows] == plain[:3]
+  counts = [sum(k.startswith("nvfp4/") for k in r) for r in rows]
+  assert counts == [2 * 3 * 5 * 6, 0, 2 * 3 * 5 * 6], counts
+  first = rows[0]
+  for layer in (0, 1):
+    for gemm in ("wi_0", "wi_1", "wo"):
+      base = f"nvfp4/layer_{layer:02d}/MoeBlock_0/experts/{gemm}/dgrad_dy"
+      assert 0 < first[f"{base}/rel_error"] <= first[f"{base}/rel_error_worst"] < 0.5, (base, first)
+      assert 0 <= first[f"{base}/underflow"] <= first[f"{base}/underflow_worst"] <= 1, base
 
 
 @pytest.mark.slow

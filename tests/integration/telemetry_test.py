@@ -42,6 +42,20 @@ def test_metric_names_per_layer_gemm_operand_and_statistic():
   assert not [k for k in steered if k.startswith("nvfp4/layer_01/")] and len(steered) == 2 * len(scanned) // 3
 
 
+def test_expert_stacks_report_the_mean_and_the_worst_expert():
+  """A scanned RoutedMoE layer's statistics (layers, expert GEMMs, experts, operands, stats): per expert GEMM the
+  mean over experts (amax: the max) and the worst expert's underflow and rel_error."""
+  value = jnp.stack([jnp.full((2, 3, 5, 4), 0.1), jnp.full((2, 3, 5, 4), 0.3)], axis=2)  # expert 1 worse
+  state = {"model": {"decoder": {"layers": {"MoeBlock_0": {"nvfp4_experts": {"nvfp4_stats": value}}}}}}
+  metrics = telemetry.stats_metrics(state, Settings(switches=Switches(num_layers=2), stats_interval=1))
+  assert len(metrics) == 2 * 3 * len(GEMM_OPERANDS) * (len(STAT_NAMES) + 2)
+  base = "nvfp4/layer_01/MoeBlock_0/experts/wo/wgrad_x"
+  assert float(metrics[f"{base}/rel_error"]) == pytest.approx(0.2)
+  assert float(metrics[f"{base}/rel_error_worst"]) == pytest.approx(0.3)
+  assert float(metrics[f"{base}/amax"]) == pytest.approx(0.3)
+  assert f"{base}/amax_worst" not in metrics
+
+
 def test_statistics_steps():
   settings = Settings(switches=Switches(num_layers=3, from_step=7), stats_interval=3)
   assert [s for s in range(10) if telemetry.is_stats_step(settings, s)] == [0, 3, 6]  # none once all run BF16
