@@ -51,8 +51,10 @@ def _assert_matches(x: np.ndarray, scaling: str = "1d", rht: bool = False) -> di
   assert got["underflow"] == pytest.approx(want["underflow"], rel=1e-6, abs=0)
   assert got["subnormal_scales"] == pytest.approx(want["subnormal_scales"], rel=1e-6, abs=0)
   # abs 1e-6: XLA:CPU may fuse dequantize-minus-x into one FMA (no rounding of the dequantized value), NumPy rounds
-  # it to float32 first; the two differ by up to float32's epsilon, far below any error NVFP4 makes.
-  assert got["rel_error"] == pytest.approx(want["rel_error"], rel=1e-5, abs=1e-6)
+  # it to float32 first; the two differ by up to float32's epsilon, far below any error NVFP4 makes. rel 1e-4: ours
+  # sums the squares in float32, the oracle in float64; hypothesis found blocks of 3e3 beside 1.0 that put the
+  # float32 sums 2e-5 apart (relative). A statistic is read to 2-3 digits.
+  assert got["rel_error"] == pytest.approx(want["rel_error"], rel=1e-4, abs=1e-6)
   return got
 
 
