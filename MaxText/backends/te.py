@@ -103,6 +103,30 @@ def nonfinite_guard(gemm: Any) -> Any:
   return guarded
 
 
+def forward_switched(nvfp4: Any, bf16: Any, flag: jax.Array) -> Any:
+  """`nvfp4(x, w, extra) -> y` whose forward output is `bf16(x, w)` where the traced bool `flag` is true, while its
+  gradients stay nvfp4's (TE's dgrad and wgrad on TE's own quantized operands): nvfp4_bf16_forward_from_step.
+
+  One program: the outputs are picked by `lax.cond`, the backward is always nvfp4's pullback. Trade-off: TE's dense
+  forward rule computes its FP4 GEMM together with the quantized operands the backward needs (TE 2.20.2 has no
+  quantize-only forward), so from the switch step the forward runs the BF16 GEMM and, unused, the FP4 one.
+  """
+
+  @jax.custom_vjp
+  def switched(x, w, extra, flag):
+    return jax.lax.cond(flag, lambda: bf16(x, w), lambda: nvfp4(x, w, extra))
+
+  def fwd(x, w, extra, flag):
+    y, pullback = jax.vjp(nvfp4, x, w, extra)
+    return jax.lax.cond(flag, lambda: bf16(x, w), lambda: y), pullback
+
+  def bwd(pullback, dy):
+    return (*pullback(dy), None)
+
+  switched.defvjp(fwd, bwd)
+  return lambda x, w, extra: switched(x, w, extra, flag)
+
+
 def _kernel_without_rht(quantizer_set: Any) -> Any:
   """The quantizer set with RHT off for the kernel (TE turns it on for a 1D-scaled kernel; see module doc)."""
   kernel = quantizer_set.kernel
@@ -117,7 +141,8 @@ def dot_general_cls(precision: Precision, recipe: GemmRecipe, nonfinite_check: b
   """A Linen module class running one DenseGeneral's GEMM through TE's dense with the given precision.
 
   `switches` (NVFP4 only): BF16 decoder layers and nvfp4_bf16_from_step run the unquantized GEMM instead of TE's
-  under `lax.cond` (one compiled program); nvfp4_bf16_forward_from_step is refused at config load for TE.
+  under `lax.cond` (one compiled program); nvfp4_bf16_forward_from_step switches only the forward output to the
+  unquantized GEMM (`forward_switched`), dgrad and wgrad stay TE's.
 
   `nonfinite_check` (NVFP4 only; config key nvfp4_nonfinite_check) adds `nonfinite_guard` around TE's dense.
   `stats_interval` (NVFP4 only; nvfp4_stats_interval): every N steps, our bit-exact quantizer's statistics of the
@@ -165,12 +190,16 @@ def dot_general_cls(precision: Precision, recipe: GemmRecipe, nonfinite_check: b
 
       if guard:
         gemm = nonfinite_guard(gemm)
-      all_bf16 = gemm_flags(self, switches)[0] if is_nvfp4 else None
-      te_gemm = with_stats(self, gemm, quantizer_set, dimension_numbers, recipe, stats_interval if is_nvfp4 else 0)
-      return select_bf16(
-          all_bf16, unquantized(dimension_numbers, out_dtype),
-          lambda l, r: te_gemm(l.astype(jnp.bfloat16), r.astype(jnp.bfloat16)).astype(out_dtype),
-          lhs, rhs)
+      all_bf16, forward_bf16 = gemm_flags(self, switches) if is_nvfp4 else (None, None)
+      bf16 = unquantized(dimension_numbers, out_dtype)
+
+      def te_path(l, r, qs):
+        return gemm(l.astype(jnp.bfloat16), r.astype(jnp.bfloat16), qs).astype(out_dtype)
+
+      if forward_bf16 is not None:  # nvfp4_bf16_forward_from_step: BF16 forward, TE's NVFP4 gradients
+        te_path = forward_switched(te_path, bf16, forward_bf16)
+      te_gemm = with_stats(self, te_path, quantizer_set, dimension_numbers, recipe, stats_interval if is_nvfp4 else 0)
+      return select_bf16(all_bf16, bf16, te_gemm, lhs, rhs)
 
   TeDotGeneral.__name__ = f"TeDotGeneral_{precision.value}"
   return TeDotGeneral

@@ -105,7 +105,7 @@ class NVFP4Config(types.MaxTextConfig):
   nvfp4_bf16_forward_from_step: int | None = Field(
       None,
       description="From this training step on only the forward NVFP4 GEMMs run in BF16; dgrad and wgrad stay NVFP4"
-      " (the paper: switching the forward pass recovers most of the gap). None: never.",
+      " (the paper: switching the forward pass recovers most of the gap); both backends. None: never.",
   )
 
   @pydantic.model_validator(mode="after")
@@ -127,10 +127,6 @@ class NVFP4Config(types.MaxTextConfig):
     self._check_bf16_layers_and_steps(settings)
     # te: raises ValueError naming the reason and nvfp4_backend=emulated; auto: the choice, logged once.
     on_te = resolve_backend(settings.backend) is Backend.TE
-    if on_te and settings.switches.forward_from_step is not None:
-      raise ValueError("nvfp4_bf16_forward_from_step is implemented for the emulated backend only so far; with "
-                       f"nvfp4_backend={settings.backend.value} (-> te) use nvfp4_bf16_from_step (forward and "
-                       "backward in BF16) instead.")
     errors = block_errors(nvfp4_gemm_dims(self, settings), BLOCK_SIZE, mode)
     if not errors and on_te:  # what TransformerEngine would refuse on Blackwell, per device (precision/te_rules.py)
       errors = te_errors(self, settings)

@@ -20,7 +20,7 @@ from tests.te import harness
 GEMM, QUANTIZE, RHT_AMAX = "te_gemm_v2_ffi", "te_dbias_quantize_ffi", "te_rht_amax_ffi"
 
 
-def _lower_gemm(te, recipe, precision="nvfp4", nonfinite_check=True, stats_interval=0) -> str:
+def _lower_gemm(te, recipe, precision="nvfp4", nonfinite_check=True, stats_interval=0, switches=None) -> str:
   """d/dx, d/dW of sum(y^2) for y = x W through one TE module, lowered for CUDA (y^2 keeps the fprop GEMM live).
 
   With stats_interval, inside a traced training step, and d/d(the statistics variable) too (what maxtext's train
@@ -35,7 +35,8 @@ def _lower_gemm(te, recipe, precision="nvfp4", nonfinite_check=True, stats_inter
   from MaxText.precision.switches import Switches  # pylint: disable=import-outside-toplevel
 
   del te  # imported through the shims by the fixture
-  module = te_backend.dot_general_cls(Precision(precision), recipe, nonfinite_check, Switches(), stats_interval)()
+  module = te_backend.dot_general_cls(Precision(precision), recipe, nonfinite_check, switches or Switches(),
+                                      stats_interval)()
   x = jax.ShapeDtypeStruct((2, 64, 128), jnp.bfloat16)
   w = jax.ShapeDtypeStruct((128, 256), jnp.bfloat16)
   dims = (((2,), (0,)), ((), ()))
@@ -202,3 +203,18 @@ def test_operand_statistics_sit_beside_te_without_changing_its_calls(te):
   assert text.count("stablehlo.case") >= plain.count("stablehlo.case") + 2, "the statistics are not conditional"
   (main,) = [line for line in text.splitlines() if "func.func public @main" in line]
   assert main.rsplit("->", 1)[1].count("tensor<5x4xf32>") == 1, main  # d/d(statistics variable) is an output
+
+
+def test_forward_only_switch_keeps_tes_nvfp4_gradients(te):
+  """nvfp4_bf16_forward_from_step on TE: one program holding TE's whole NVFP4 GEMM (3 GEMMs, 3 quantizes, 2 RHT
+  amaxes: its dgrad and wgrad are TE's, on TE's quantized operands) and, beside it, the unquantized forward GEMM,
+  the two forward outputs picked by a conditional on the step."""
+  from MaxText.nvfp4.gemm import GemmRecipe  # pylint: disable=import-outside-toplevel
+  from MaxText.precision.switches import Switches  # pylint: disable=import-outside-toplevel
+
+  plain = _lower_gemm(te, GemmRecipe())
+  text = _lower_gemm(te, GemmRecipe(), switches=Switches(forward_from_step=3))
+  assert Counter(c.target for c in harness.te_calls(text)) == {GEMM: 3, QUANTIZE: 3, RHT_AMAX: 2}
+  assert text.count("stablehlo.case") > plain.count("stablehlo.case")
+  bf16_dot = re.compile(r"stablehlo\.dot_general .*tensor<2x64x128xbf16>, tensor<128x256xbf16>")
+  assert bf16_dot.search(text) and not bf16_dot.search(plain), "no unquantized forward GEMM beside TE's"

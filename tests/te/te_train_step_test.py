@@ -180,12 +180,13 @@ def test_fsdp_and_tensor_parallel_on_4_devices(blackwell, te_nvfp4_text):
 
 
 def test_bf16_edge_layers_and_late_switch(blackwell, te_nvfp4_text):
-  """nvfp4_bf16_first/last_layers and nvfp4_bf16_from_step on TE: the same NVFP4 TE calls, now one branch of a
+  """nvfp4_bf16_first/last_layers, nvfp4_bf16_from_step and nvfp4_bf16_forward_from_step on TE, in one config that
+  loads (the forward-only switch is no longer refused on TE): the same NVFP4 TE calls, now one branch of a
   conditional (stablehlo.case) whose other branch is the plain GEMM, chosen per layer and step at run time."""
   del blackwell
   text = _lower(TINY, ["quantization=te_nvfp4", "nvfp4_backend=te", "base_num_decoder_layers=4",
-                       "nvfp4_bf16_first_layers=1", "nvfp4_bf16_last_layers=1", "nvfp4_bf16_from_step=5", *TINY_TE,
-                       *ONE_DEVICE])
+                       "nvfp4_bf16_first_layers=1", "nvfp4_bf16_last_layers=1", "nvfp4_bf16_from_step=5",
+                       "nvfp4_bf16_forward_from_step=3", *TINY_TE, *ONE_DEVICE])
   calls = harness.te_calls(text)
   _check_nvfp4_mlp(calls, rht=True)
   assert Counter(c.target for c in calls) == Counter(c.target for c in harness.te_calls(te_nvfp4_text))
