@@ -56,6 +56,20 @@ class GemmDims:
   m_keys: str
   k_keys: str
   n_keys: str
+  #: Per-shard columns of x and dY as their activations are laid out (the RHT quantizes them there): differ from k
+  #: and n where maxtext shards the activations' embed dim (activation_embed -> tensor), which TE's partitioner sees.
+  x_cols: int | None = None
+  dy_cols: int | None = None
+  x_cols_keys: str = ""
+  dy_cols_keys: str = ""
+
+  @property
+  def rht_x_cols(self) -> tuple[int, str]:
+    return (self.k, self.k_keys) if self.x_cols is None else (self.x_cols, self.x_cols_keys)
+
+  @property
+  def rht_dy_cols(self) -> tuple[int, str]:
+    return (self.n, self.n_keys) if self.dy_cols is None else (self.dy_cols, self.dy_cols_keys)
 
 
 def _resolve(parallelism: list[int], mesh_axes: list[str], num_devices: int) -> dict[str, int]:
@@ -102,6 +116,17 @@ def _tokens(config: Any, phase: str) -> tuple[int, str]:
   return batch * seq, keys
 
 
+def _activation_embed_axes(config: Any) -> tuple[str, ...]:
+  """The mesh axes maxtext's logical axis rules shard the activations' embed dim over (first rule that names it;
+  maxtext 0.2.5's default: tensor). Found by compiling for 4 B200s (fsdp 2 x tensor 2): TE's partitioner then
+  Hadamard-transforms x and dY shards of emb / tensor columns."""
+  for rule in getattr(config, "logical_axis_rules", None) or ():
+    name, axes = rule[0], rule[1]
+    if name == "activation_embed":
+      return (axes,) if isinstance(axes, str) else tuple(a for a in (axes or ()) if a)
+  return ()
+
+
 def nvfp4_gemm_dims(config: Any, settings: Settings) -> list[GemmDims]:
   """The dense MLP GEMMs that run in NVFP4 under `config` (empty when the MLP runs in BF16).
 
@@ -125,6 +150,10 @@ def nvfp4_gemm_dims(config: Any, settings: Settings) -> list[GemmDims]:
   else:
     up = [(f"mlp/wi_{i}" if num_act > 1 else "mlp/wi", mlp, mlp // max(mlp_shards, 1), mlp_keys)
           for i in range(num_act)]
+  embed_axes = _activation_embed_axes(config)
+  embed_shards = _product(sizes, embed_axes)
+  embed_split = _parallelism_keys(sizes, embed_axes)
+  act_emb, act_emb_keys = emb // max(embed_shards, 1), emb_keys + (f" split by {embed_split}" if embed_split else "")
   phases = ["train"] + (["eval"] if int(getattr(config, "eval_interval", -1)) > 0 else [])
   dims = []
   for phase in phases:
@@ -133,9 +162,10 @@ def nvfp4_gemm_dims(config: Any, settings: Settings) -> list[GemmDims]:
     if row_split:
       m_keys += f" split by {row_split}"
     for module, n_global, n, n_keys in up:
-      dims.append(GemmDims(module, phase, m, emb, n, m_global, emb, n_global, m_keys, emb_keys, n_keys))
+      dims.append(GemmDims(module, phase, m, emb, n, m_global, emb, n_global, m_keys, emb_keys, n_keys,
+                           x_cols=act_emb, x_cols_keys=act_emb_keys))
     dims.append(GemmDims("mlp/wo", phase, m, mlp // max(mlp_shards, 1), emb, m_global, mlp, emb, m_keys, mlp_keys,
-                         emb_keys))
+                         emb_keys, dy_cols=act_emb, dy_cols_keys=act_emb_keys))
   return dims
 
 

@@ -71,10 +71,17 @@ def test_rht_rows_and_tensor_parallel_columns_per_device(load):
   assert "M (tokens, the rows of x and dY) = 32 per device" in _message(excinfo), _message(excinfo)
   assert "per_device_batch_size=1 max_target_length=32" in _message(excinfo)
   with pytest.raises(ValueError) as excinfo:  # mlp 256 over tensor=4: 64 columns of dY per device
-    load("quantization=te_nvfp4", "base_emb_dim=128", "ici_tensor_parallelism=4", "ici_fsdp_parallelism=1",
+    load("quantization=te_nvfp4", "base_emb_dim=512", "ici_tensor_parallelism=4", "ici_fsdp_parallelism=1",
          "nvfp4_backend=te")
   assert "N (the columns of dY) = 64 per device" in _message(excinfo), _message(excinfo)
   assert "tensor=4" in _message(excinfo), _message(excinfo)
+  # maxtext shards the activations' embed dim over tensor too: x of wi (and dY of wo) reach TE's RHT with emb / 2
+  # columns. Found by compiling for 4 B200s (tests/te/compile_test.py), which a lowering does not show.
+  with pytest.raises(ValueError) as excinfo:
+    load("quantization=te_nvfp4", "base_emb_dim=128", "base_mlp_dim=512", "ici_tensor_parallelism=2",
+         "ici_fsdp_parallelism=1", "nvfp4_backend=te")
+  assert "K (the columns of x) = 64 per device from emb_dim=128 (base_emb_dim=128) split by tensor=2" in \
+      _message(excinfo), _message(excinfo)
 
 
 def test_rht_rows_are_checked_per_device_under_fsdp(load):

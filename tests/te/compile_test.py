@@ -1,6 +1,7 @@
 # Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
-"""Compiled, not only lowered: one NVFP4 GEMM (forward and gradients) through XLA's GPU compiler for a B200 (the
-TE backend) and an H100 (the emulated backend a Hopper user runs), described by MaxText.backends.targets, on CPU.
+"""Compiled, not only lowered: one NVFP4 GEMM (forward and gradients) and maxtext's whole train step, through XLA's
+GPU compiler for B200s (the TE backend) and an H100 (the emulated backend a Hopper user runs), described by
+MaxText.backends.targets, on CPU.
 
 What compiling adds to lowering: XLA's GPU passes (fusion, layout, TE's custom calls accepted by the CUDA
 compiler pipeline for compute capability 10.0) run to the end, and the executable reports its memory. Not run:
@@ -8,6 +9,8 @@ nothing executes (there is no GPU here); a compiled program can still fail at ru
 """
 
 from __future__ import annotations
+
+import re
 
 import pytest
 
@@ -75,3 +78,58 @@ def test_emulated_nvfp4_gemm_compiles_for_h100(te):
 def test_every_target_gives_a_compile_only_device(te, name):
   del te
   assert _device(name).platform == "gpu"
+
+
+#: The tiny model at TE's sizes: RHT wants 64 token rows and 128 columns per device.
+TINY_TE = ["base_emb_dim=128", "head_dim=32", "base_mlp_dim=256", "per_device_batch_size=1", "max_target_length=128"]
+
+
+def _train_step(overrides, target, count):
+  from tests.te import harness  # pylint: disable=import-outside-toplevel
+  from tests.helpers import TINY_YML  # pylint: disable=import-outside-toplevel
+
+  given = {o.split("=", 1)[0] for o in overrides}
+  base = [o for o in TINY_TE if o.split("=", 1)[0] not in given]  # maxtext refuses a key given twice
+  return harness.compile_train_step(harness.load_config(TINY_YML, [*base, *overrides]), target, count)
+
+
+def _te_gemms(compiled) -> int:
+  """TE FP4 GEMM custom calls in the compiled program (one per instruction that calls it)."""
+  return len(re.findall(r"custom_call_target=\"te_gemm_v2_ffi\"", compiled.as_text()))
+
+
+@pytest.mark.parametrize("overrides,count", [
+    (["quantization=te_nvfp4"], 1),
+    # te_nvfp4_no_rht, FP8 attention, BF16 edge layers, the late switch and the forward-only switch, unscanned.
+    (["quantization=te_nvfp4_no_rht", "nvfp4_attention_precision=fp8", "base_num_decoder_layers=4",
+      "nvfp4_bf16_first_layers=1", "nvfp4_bf16_last_layers=1", "nvfp4_bf16_from_step=8",
+      "nvfp4_bf16_forward_from_step=5", "scan_layers=false"], 1),
+    # emb 256: maxtext shards the activations' embed dim over tensor, and TE's RHT wants 128 columns per shard.
+    (["quantization=te_nvfp4", "ici_fsdp_parallelism=2", "ici_tensor_parallelism=2", "base_emb_dim=256"], 4),
+], ids=["te_nvfp4", "no_rht_fp8_attention_switches", "fsdp2_tensor2"])
+def test_te_train_step_compiles_for_b200(te, blackwell, overrides, count):
+  del te, blackwell
+  compiled = _train_step(["nvfp4_backend=te", *overrides], "b200", count)
+  assert _te_gemms(compiled) >= 3, "TE's FP4 GEMMs did not survive to the executable"
+  memory = compiled.memory_analysis()
+  assert 0 < memory.argument_size_in_bytes and 0 < memory.temp_size_in_bytes < TARGETS["b200"].memory_bytes
+
+
+def test_emulated_train_step_compiles_for_h100(te):
+  del te
+  compiled = _train_step(["quantization=te_nvfp4", "nvfp4_backend=emulated"], "h100", 1)
+  assert _te_gemms(compiled) == 0 and compiled.memory_analysis().temp_size_in_bytes > 0
+
+
+def test_what_the_4_gpu_compile_found_is_refused_at_load(blackwell):
+  """Compiling for 4 B200s with fsdp 2 x tensor 2 and emb 128 failed inside TE's partitioner ("Rows must be multiple
+  of 64 and cols multiple of 128 when use_rht is True ... rows 256 and cols 64"): maxtext shards the activations'
+  embed dim over tensor, so x of wi and dY of wo reach TE's RHT with emb / 2 columns. The config now fails at load,
+  naming the GEMM, the column count and the keys."""
+  del blackwell
+  from tests.helpers import TINY_YML, load_config  # pylint: disable=import-outside-toplevel
+
+  with pytest.raises(Exception) as info:
+    load_config(TINY_YML, *TINY_TE, "quantization=te_nvfp4", "nvfp4_backend=te", "ici_fsdp_parallelism=2",
+                "ici_tensor_parallelism=2", "internal_compile=true", "internal_compile_num_devices=4")
+  assert "K (the columns of x) = 64 per device from emb_dim=128 (base_emb_dim=128) split by tensor=2" in str(info.value)

@@ -96,8 +96,8 @@ def load_config(config_path: pathlib.Path | str, overrides: Sequence[str]) -> An
   return helpers.load_config(config_path, *overrides)
 
 
-def lower_train_step(config: Any, log: Any = print) -> str:
-  """maxtext's train step for `config`, lowered for CUDA on the CPU devices (as many as the config's mesh asks)."""
+def _traced_train_step(config: Any, devices: Sequence[Any]) -> Any:
+  """maxtext's train step for `config` on a mesh of `devices`, traced (inputs from train_compile.get_shaped_inputs)."""
   # pylint: disable=import-outside-toplevel
   import jax
   from flax.linen import partitioning as nn_partitioning
@@ -105,9 +105,6 @@ def lower_train_step(config: Any, log: Any = print) -> str:
   from maxtext.trainers.pre_train import train, train_compile
   from maxtext.utils import maxtext_utils, sharding
 
-  start = time.perf_counter()
-  devices = jax.devices()[: int(config.num_target_devices or 1)] if hasattr(config, "num_target_devices") else None
-  devices = devices or jax.devices()
   mesh = Mesh(maxtext_utils.create_device_mesh(config, devices), config.mesh_axes,
               axis_types=(AxisType.Auto,) * len(config.mesh_axes))
   shaped_args, shaped_kwargs, state_shardings, _, model = train_compile.get_shaped_inputs(mesh, config)
@@ -119,10 +116,46 @@ def lower_train_step(config: Any, log: Any = print) -> str:
   with jax.set_mesh(mesh), nn_partitioning.axis_rules(config.logical_axis_rules):
     jitted = jax.jit(func, in_shardings=in_shard, out_shardings=out_shard, static_argnums=static_argnums,
                      donate_argnums=donate_argnums)
-    lowered = jitted.trace(*shaped_args, **shaped_kwargs).lower(lowering_platforms=("cuda",))
-  text = lowered.as_text(debug_info=True)
+    return jitted.trace(*shaped_args, **shaped_kwargs), mesh
+
+
+def lower_train_step(config: Any, log: Any = print) -> str:
+  """maxtext's train step for `config`, lowered for CUDA on the CPU devices (as many as the config's mesh asks)."""
+  import jax  # pylint: disable=import-outside-toplevel
+
+  start = time.perf_counter()
+  devices = jax.devices()[: int(config.num_target_devices or 1)] if hasattr(config, "num_target_devices") else None
+  devices = devices or jax.devices()
+  traced, _ = _traced_train_step(config, devices)
+  text = traced.lower(lowering_platforms=("cuda",)).as_text(debug_info=True)
   log(f"  lowered the train step for CUDA on {len(devices)} CPU device(s) in {time.perf_counter() - start:.1f} s")
   return text
+
+
+def target_devices(target: str, count: int) -> list[Any]:
+  """`count` compile-only devices of a GPU described in MaxText.backends.targets (XLA's GPU compiler, no GPU)."""
+  from jax.experimental import topologies  # pylint: disable=import-outside-toplevel
+
+  from MaxText.backends.targets import TARGETS  # pylint: disable=import-outside-toplevel
+
+  return list(topologies.get_topology_desc("", "cuda", topology=f"1x1x{count}",
+                                           target_config=TARGETS[target].target_config()).devices)
+
+
+def compile_train_step(config: Any, target: str, count: int, log: Any = print) -> Any:
+  """maxtext's train step for `config` compiled by XLA's GPU compiler for `count` `target` GPUs; the executable.
+
+  TE's custom partitioners read TE's global MeshResource, so the compile runs inside maxtext's
+  `transformer_engine_context()` as the lowering does in maxtext's trainer."""
+  import jax  # pylint: disable=import-outside-toplevel
+  from maxtext.utils import max_utils  # pylint: disable=import-outside-toplevel
+
+  start = time.perf_counter()
+  traced, mesh = _traced_train_step(config, target_devices(target, count))
+  with jax.set_mesh(mesh), max_utils.transformer_engine_context():
+    compiled = traced.lower().compile()
+  log(f"  compiled the train step for {count} x {target} in {time.perf_counter() - start:.1f} s")
+  return compiled
 
 
 def _definitions(lines: list[str]) -> dict[str, str]:

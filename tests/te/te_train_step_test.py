@@ -154,12 +154,14 @@ def test_llama3_8b_recipe_shapes(blackwell):
 
 def test_fsdp_and_tensor_parallel_on_4_devices(blackwell, te_nvfp4_text):
   """ici_fsdp_parallelism=2 ici_tensor_parallelism=2: TE's primitives become custom-partitioned calls carrying TE's
-  Shardy sharding rules, each registered with its partitioning callback on the 2x2 mesh."""
+  Shardy sharding rules, each registered with its partitioning callback on the 2x2 mesh. emb 256: with 128 the
+  activations' embed shard (emb / tensor) is below TE's RHT minimum, which only a compile shows (compile_test.py)
+  and the config now refuses at load."""
   from jax._src import custom_partitioning  # pylint: disable=import-outside-toplevel
 
   del blackwell
   text = _lower(TINY, ["quantization=te_nvfp4", "nvfp4_backend=te", "ici_fsdp_parallelism=2",
-                       "ici_tensor_parallelism=2", *TINY_TE[:3], "per_device_batch_size=1"])
+                       "ici_tensor_parallelism=2", "base_emb_dim=256", *TINY_TE[1:3], "per_device_batch_size=1"])
   partitioned = [c for c in harness.custom_calls(text) if c.target == "CustomSPMDPartitioning"]
   assert partitioned and all("TeDotGeneral_nvfp4" in c.name and "sdy.sharding_rule" in c.attrs for c in partitioned)
   primitives, meshes = Counter(), set()
