@@ -48,18 +48,19 @@ def _compile_gemm(module, device):
   return jax.jit(jax.grad(loss, argnums=(0, 1))).lower(x, w, variables).compile()
 
 
-def test_te_nvfp4_gemm_compiles_for_b200(te):
+@pytest.mark.parametrize("target", ["b200", "gb300"])
+def test_te_nvfp4_gemm_compiles_for_blackwell(te, target):
   from MaxText.backends import te as te_backend  # pylint: disable=import-outside-toplevel
   from MaxText.nvfp4.gemm import GemmRecipe  # pylint: disable=import-outside-toplevel
   from MaxText.precision.policy import Precision  # pylint: disable=import-outside-toplevel
 
   del te
-  compiled = _compile_gemm(te_backend.dot_general_cls(Precision.NVFP4, GemmRecipe())(), _device("b200"))
+  compiled = _compile_gemm(te_backend.dot_general_cls(Precision.NVFP4, GemmRecipe())(), _device(target))
   text = compiled.as_text()
   assert text.count('custom_call_target="te_gemm_v2_ffi"') == 3, "fprop, dgrad and wgrad are TE's FP4 GEMMs"
   memory = compiled.memory_analysis()
   assert memory.argument_size_in_bytes == 2 * 64 * 128 * 2 + 128 * 256 * 2 + 4  # x, W and the SR call counter
-  assert 0 < memory.temp_size_in_bytes < TARGETS["b200"].memory_bytes
+  assert 0 < memory.temp_size_in_bytes < TARGETS[target].memory_bytes
 
 
 def test_emulated_nvfp4_gemm_compiles_for_h100(te):
