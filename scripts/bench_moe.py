@@ -10,16 +10,13 @@ quant object and initial weights). Not a test: numbers depend on the machine and
 """
 
 import argparse
-import json
-import os
 import pathlib
-import platform
 import statistics
 import sys
 import tempfile
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from bench_step import train_step_times  # noqa: E402  # pylint: disable=wrong-import-position
+from bench_step import train_step_times, write_json  # noqa: E402  # pylint: disable=wrong-import-position
 MOE = ["decoder_block=mixtral", "num_experts=4", "num_experts_per_tok=2", "base_moe_mlp_dim=256",
        "quantization=te_nvfp4", "nvfp4_backend=emulated"]
 #: (path, overrides) rows; each path gets a BF16-expert baseline and an NVFP4-expert run.
@@ -55,10 +52,8 @@ def main() -> None:
   print(f"{'MoE path':<34}{'experts':<15}{'ms/step':>9}{'x bf16':>8}")
   for r in rows:
     print(f"{r['path']:<34}{r['experts']:<15}{r['median_step_s'] * 1e3:>9.1f}{r['x_bf16_experts']:>8.2f}")
-  args.json.parent.mkdir(parents=True, exist_ok=True)
-  args.json.write_text(json.dumps({"moe": MOE, "overrides": args.overrides, "steps": args.steps, "skip": args.skip,
-                                   "host": platform.node(), "cpus": os.cpu_count(), "rows": rows}, indent=2))
-  print(f"wrote {args.json}")
+  write_json(args.json, {"moe": MOE, "overrides": args.overrides, "steps": args.steps, "skip": args.skip,
+                         "rows": rows})
 
 
 if __name__ == "__main__":

@@ -12,16 +12,13 @@ the median over rounds is reported. Goal (issue 17): <= 1.05x at interval 10.
 """
 
 import argparse
-import json
-import os
 import pathlib
-import platform
 import statistics
 import sys
 import tempfile
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from bench_step import train_step_times  # pylint: disable=wrong-import-position
+from bench_step import train_step_times, write_json  # pylint: disable=wrong-import-position
 
 #: name -> overrides; the first is the reference every row is divided by.
 ROWS = {
@@ -63,11 +60,8 @@ def main() -> None:
   for r in rows:
     per_round = " ".join(f"{x:.3f}" for x in r["round_ratios"])
     print(f"{r['row']:<28}{r['mean_step_s'] * 1e3:>10.1f}{r['x_no_stats']:>12.3f}  {per_round}")
-  args.json.parent.mkdir(parents=True, exist_ok=True)
-  args.json.write_text(json.dumps({"config": args.config, "overrides": args.overrides, "skip": args.skip,
-                                   "timed": args.timed, "rounds": args.rounds, "host": platform.node(),
-                                   "cpus": os.cpu_count(), "rows": rows}, indent=2))
-  print(f"wrote {args.json}")
+  write_json(args.json, {"config": args.config, "overrides": args.overrides, "skip": args.skip, "timed": args.timed,
+                         "rounds": args.rounds, "rows": rows})
 
 
 if __name__ == "__main__":

@@ -50,6 +50,13 @@ def train_step_times(config: str, name: str, overrides: list[str], steps: int, o
   return [float(r["perf/step_time_seconds"]) for r in rows]
 
 
+def write_json(path: pathlib.Path, payload: dict) -> None:
+  """Writes a benchmark's result to `path` with the machine it ran on (host, CPU count), and says where."""
+  path.parent.mkdir(parents=True, exist_ok=True)
+  path.write_text(json.dumps({**payload, "host": platform.node(), "cpus": os.cpu_count()}, indent=2))
+  print(f"wrote {path}")
+
+
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--config", default="configs/tiny.yml")
@@ -84,11 +91,8 @@ def main() -> None:
   for r in rows:
     x_fp8 = f"{r['x_fp8']:.2f}" if r["x_fp8"] else "-"
     print(f"{r['precision']:<18}{r['median_step_s'] * 1e3:>10.1f}{r['x_bf16']:>8.2f}{x_fp8:>8}")
-  args.json.parent.mkdir(parents=True, exist_ok=True)
-  args.json.write_text(json.dumps({"config": args.config, "overrides": args.overrides, "steps": args.steps,
-                                   "skip": args.skip, "rounds": args.rounds, "host": platform.node(),
-                                   "cpus": os.cpu_count(), "rows": rows}, indent=2))
-  print(f"wrote {args.json}")
+  write_json(args.json, {"config": args.config, "overrides": args.overrides, "steps": args.steps, "skip": args.skip,
+                         "rounds": args.rounds, "rows": rows})
 
 
 if __name__ == "__main__":
