@@ -46,8 +46,9 @@ from MaxText.precision.policy import Precision
 from MaxText.precision.settings import Settings
 from MaxText.precision.switches import Switches
 
-__all__ = ["EXPERT_GEMMS", "ExpertCall", "ExpertGemms", "ExpertState", "JAX_RAGGED_DOT", "TE_MISSING", "active_call", "config_error",
-           "expert_call", "expert_einsum", "expert_gemms", "expert_plan", "grouped_gemm", "is_expert_kernel"]
+__all__ = ["EXPERT_GEMMS", "ExpertCall", "ExpertGemms", "ExpertState", "JAX_RAGGED_DOT", "TE_MISSING", "active_call",
+           "config_error", "expert_call", "expert_einsum", "expert_gemms", "expert_plan", "grouped_gemm",
+           "is_expert_kernel"]
 
 #: `quant.einsum(mesh_axes=...)` serves two kinds of right-hand sides in RoutedMoE.dense_matmul: expert kernels,
 #: always 3-D (E, K, N) with axes such as ("exp", "embed_moe", "mlp_moe"), ("exp", None, "mlp") (capacity path),
@@ -214,8 +215,8 @@ class ExpertState(nn.Module):
     `_overwrite_with_gradient` collection (MaxText.backends.telemetry), and the statistics-step flag."""
     if not self.stats_interval:
       return None
-    sink = self.variable(STATS_COLLECTION, STATS_NAME, lambda: jnp.broadcast_to(
-        empty_gemm_stats(), (len(EXPERT_GEMMS), self.num_experts, *empty_gemm_stats().shape)))
+    sink = self.variable(STATS_COLLECTION, STATS_NAME, lambda: jnp.tile(empty_gemm_stats(),
+                                                                        (len(EXPERT_GEMMS), self.num_experts, 1, 1)))
     flag = stats_flag(self.stats_interval)
     return None if flag is None or self.is_initializing() else (sink.value, flag)
 

@@ -56,20 +56,13 @@ class GemmDims:
   m_keys: str
   k_keys: str
   n_keys: str
-  #: Per-shard columns of x and dY as their activations are laid out (the RHT quantizes them there): differ from k
-  #: and n where maxtext shards the activations' embed dim (activation_embed -> tensor), which TE's partitioner sees.
-  x_cols: int | None = None
-  dy_cols: int | None = None
-  x_cols_keys: str = ""
-  dy_cols_keys: str = ""
-
-  @property
-  def rht_x_cols(self) -> tuple[int, str]:
-    return (self.k, self.k_keys) if self.x_cols is None else (self.x_cols, self.x_cols_keys)
-
-  @property
-  def rht_dy_cols(self) -> tuple[int, str]:
-    return (self.n, self.n_keys) if self.dy_cols is None else (self.dy_cols, self.dy_cols_keys)
+  #: Per-shard columns of x and dY as their activations are laid out (the RHT quantizes them there), with their keys:
+  #: the embed dim of wi's x and wo's dY is split by the mesh axes maxtext shards activations' embed over
+  #: (activation_embed -> tensor), which TE's partitioner sees; the mlp dim is split as in k and n.
+  x_cols: int
+  dy_cols: int
+  x_cols_keys: str
+  dy_cols_keys: str
 
 
 def _resolve(parallelism: list[int], mesh_axes: list[str], num_devices: int) -> dict[str, int]:
@@ -163,9 +156,10 @@ def nvfp4_gemm_dims(config: Any, settings: Settings) -> list[GemmDims]:
       m_keys += f" split by {row_split}"
     for module, n_global, n, n_keys in up:
       dims.append(GemmDims(module, phase, m, emb, n, m_global, emb, n_global, m_keys, emb_keys, n_keys,
-                           x_cols=act_emb, x_cols_keys=act_emb_keys))
-    dims.append(GemmDims("mlp/wo", phase, m, mlp // max(mlp_shards, 1), emb, m_global, mlp, emb, m_keys, mlp_keys,
-                         emb_keys, dy_cols=act_emb, dy_cols_keys=act_emb_keys))
+                           x_cols=act_emb, dy_cols=n, x_cols_keys=act_emb_keys, dy_cols_keys=n_keys))
+    k_wo = mlp // max(mlp_shards, 1)
+    dims.append(GemmDims("mlp/wo", phase, m, k_wo, emb, m_global, mlp, emb, m_keys, mlp_keys, emb_keys,
+                         x_cols=k_wo, dy_cols=act_emb, x_cols_keys=mlp_keys, dy_cols_keys=act_emb_keys))
   return dims
 
 

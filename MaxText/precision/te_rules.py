@@ -12,8 +12,9 @@ per-device GEMM dims (gemm_shapes: TE's partitioned GEMMs see one device's shard
   RHT (cpp_extensions/quantization.py, the RHT cast-fusion assert): with quantization=te_nvfp4 the wgrad operands
     x (M x K) and dY (M x N) are Hadamard-transformed before quantization, which needs rows (M) a multiple of 64
     and columns (K for x, N for dY) a multiple of 128, on the shard TE's partitioner sees: x of wi and dY of wo
-    have the activations' embed dim, which maxtext shards over tensor (compiling for 4 B200s showed it). x is transformed in eval forwards too (lowering shows TE
-    quantizing its column-wise copy there). te_nvfp4_no_rht has no such rule.
+    have the activations' embed dim, which maxtext shards over tensor (compiling for 4 B200s showed it). x is
+    transformed in eval forwards too (lowering shows TE quantizing its column-wise copy there). te_nvfp4_no_rht has
+    no such rule.
   Collective GEMM (te_comm_gemm_overlap): maxtext wires TE's communication-overlapped GEMMs into its own TE
     wrapper only; the NVFP4 backend calls TE's dense without collective ops, so overlap would silently not happen.
 Only called when the TE backend is chosen (nvfp4_backend=te, or auto resolving to te): the emulation has none of
@@ -49,8 +50,8 @@ def _rht_checks(d: GemmDims) -> tuple[Check, ...]:
   """x is transformed in every forward (TE quantizes its wgrad copy even when no gradient follows, e.g. in eval);
   dY only in training."""
   checks = (("M (tokens, the rows of x and dY)", d.m, d.m_keys, RHT_ROW_MULTIPLE),
-            ("K (the columns of x)", *d.rht_x_cols, RHT_COL_MULTIPLE),
-            ("N (the columns of dY)", *d.rht_dy_cols, RHT_COL_MULTIPLE))
+            ("K (the columns of x)", d.x_cols, d.x_cols_keys, RHT_COL_MULTIPLE),
+            ("N (the columns of dY)", d.dy_cols, d.dy_cols_keys, RHT_COL_MULTIPLE))
   return checks if d.phase == "train" else checks[:2]
 
 
