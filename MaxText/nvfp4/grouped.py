@@ -27,8 +27,6 @@ Keys: stochastic rounding of expert e uses jax.random.split(key, E)[e], which `n
 into its dgrad and wgrad keys.
 """
 
-import functools
-
 import jax
 import jax.numpy as jnp
 
@@ -87,16 +85,15 @@ def batched_expert_matmul(
   def gemm(x_e, w_e, key_e):
     return nvfp4_dot_general(x_e, w_e, _NN, key=key_e, recipe=recipe, forward_bf16=forward_bf16)
 
+  key_axis = None if keys is None else 0  # no stochastic rounding: no keys to map over
   if stats is None:
-    if keys is None:
-      return jax.vmap(functools.partial(gemm, key_e=None))(x, w)
-    return jax.vmap(gemm)(x, w, keys)
+    return jax.vmap(gemm, in_axes=(0, 0, key_axis))(x, w, keys)
   sink, flag = stats
 
   def tapped(x_e, w_e, key_e, sink_e):
     return gemm_with_operand_stats(gemm, x_e, w_e, key_e, sink_e, flag, _NN, recipe)
 
-  return jax.vmap(tapped, in_axes=(0, 0, None if keys is None else 0, 0))(x, w, keys, sink)
+  return jax.vmap(tapped, in_axes=(0, 0, key_axis, 0))(x, w, keys, sink)
 
 
 def grouped_matmul(
