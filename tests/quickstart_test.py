@@ -104,6 +104,16 @@ def test_set_changes_the_candidates_and_set_baseline_the_baseline():
     assert by_name[name] == ["learning_rate=1e-3", "nvfp4_attention_precision=fp8"]
 
 
+def test_a_users_key_replaces_the_precisions_own():
+  """The NVFP4 runs log statistics every STATS_INTERVAL steps; `--set nvfp4_stats_interval=5` replaces that (maxtext
+  refuses a key given twice), and keys the user does not set stay."""
+  (nvfp4,) = [p for p in quickstart.PRECISIONS if p.name == "te_nvfp4"]
+  assert f"nvfp4_stats_interval={quickstart.STATS_INTERVAL}" in nvfp4.overrides
+  not_overridden = quickstart._not_overridden  # pylint: disable=protected-access
+  assert not_overridden(nvfp4.overrides, ["nvfp4_stats_interval=5"]) == ["quantization=te_nvfp4"]
+  assert not_overridden(nvfp4.overrides, ["learning_rate=1e-3"]) == list(nvfp4.overrides)
+
+
 def test_smoke_writes_to_its_own_folder(tmp_path):
   parse = quickstart._parse_args  # pylint: disable=protected-access
   assert quickstart.output_dir(parse([])) == quickstart.DEFAULT_OUT
