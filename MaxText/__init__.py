@@ -4,8 +4,8 @@
 
 Importing the package is cheap (no maxtext, no jax); `register()` imports maxtext and installs the hooks
 (MaxText.integration.seam). The layers, each importing only those below it (import-linter checks it):
-numerics (`nvfp4`) <- `precision` <- `backends` <- `integration` <- entry points (`train`, `quickstart`), with
-the tools (`compare`, `data`) beside the entry points.
+numerics (`nvfp4`) <- `precision` <- `backends` <- `integration` <- entry points (`train`, `quickstart`,
+`preflight`), with the tools (`compare`, `data`) beside the entry points.
 """
 
 from MaxText.integration.seam import register

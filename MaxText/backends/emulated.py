@@ -52,9 +52,10 @@ class Nvfp4DotGeneral(nn.Module):
       return nvfp4_dot_general(lhs, rhs, dimension_numbers, key=key, recipe=self.recipe,
                                forward_bf16=False if forward_bf16 is None else forward_bf16)
 
-    nvfp4 = with_stats(self, nvfp4, (key, forward_bf16), dimension_numbers, self.recipe, self.stats_interval)
+    nvfp4, extra = with_stats(self, nvfp4, (key, forward_bf16), dimension_numbers, self.recipe,
+                              self.stats_interval)
     # A BF16 layer, or past nvfp4_bf16_from_step: the GEMM UnquantizedDotGeneral runs, forward and backward.
-    return select_bf16(all_bf16, unquantized(dimension_numbers), nvfp4, lhs, rhs)
+    return select_bf16(all_bf16, unquantized(dimension_numbers), lambda l, r: nvfp4(l, r, extra), lhs, rhs)
 
 
 class UnquantizedDotGeneral(nn.Module):

@@ -33,6 +33,7 @@ class Target:
   l2_bytes: int
   clock_ghz: float
   dnn: tuple[int, int]  # cuDNN major, minor the description was read with
+  gpus_per_node: int  # HGX boards: 8; Grace-Blackwell compute trays (GB200/GB300 NVL72): 4
 
   @property
   def nvfp4(self) -> bool:
@@ -60,9 +61,12 @@ class Target:
 
 TARGETS: dict[str, Target] = {
     "b200": Target(name="NVIDIA B200", capability=(10, 0), sm_count=148, memory_bytes=191514411008,
-                   memory_bandwidth=7672320000000, l2_bytes=132644864, clock_ghz=1.965, dnn=(9, 7)),
+                   memory_bandwidth=7672320000000, l2_bytes=132644864, clock_ghz=1.965,
+                   dnn=(9, 7), gpus_per_node=8),
     "gb300": Target(name="NVIDIA GB300", capability=(10, 3), sm_count=152, memory_bytes=297021079552,
-                    memory_bandwidth=7928064000000, l2_bytes=135528448, clock_ghz=2.07, dnn=(9, 15)),
+                    memory_bandwidth=7928064000000, l2_bytes=135528448, clock_ghz=2.07,
+                    dnn=(9, 15), gpus_per_node=4),
     "h100": Target(name="NVIDIA H100 80GB HBM3", capability=(9, 0), sm_count=132, memory_bytes=84942979072,
-                   memory_bandwidth=3352320000000, l2_bytes=52428800, clock_ghz=1.98, dnn=(8, 9)),
+                   memory_bandwidth=3352320000000, l2_bytes=52428800, clock_ghz=1.98,
+                   dnn=(8, 9), gpus_per_node=8),
 }

@@ -37,17 +37,24 @@ def stats_flag(interval: int) -> jax.Array | None:
 
 def with_stats(module: Any, gemm: Callable[[jax.Array, jax.Array, Any], jax.Array], extra: Any,
                dimension_numbers: DimensionNumbers, recipe: GemmRecipe,
-               interval: int) -> Callable[[jax.Array, jax.Array], jax.Array]:
-  """Inside a Linen GEMM module: `gemm(lhs, rhs, extra)` as a function of (lhs, rhs) that reports its operands'
-  statistics every `interval` steps (0: no statistics, no variable).
+               interval: int) -> tuple[Callable[[jax.Array, jax.Array, Any], jax.Array], Any]:
+  """Inside a Linen GEMM module: (`tapped`, `tapped_extra`) such that `tapped(lhs, rhs, tapped_extra)` is
+  `gemm(lhs, rhs, extra)` reporting its operands' statistics every `interval` steps (0: no statistics, no variable).
 
-  Outside a train/eval step (model init, abstract builds) the variable is created and `gemm` runs untapped.
+  The statistics leave as the cotangent of the module's variable, so its value travels in `tapped_extra` (with
+  `extra`) as an explicit argument: a caller may wrap `tapped` in a custom VJP of its own (the TE backend's
+  non-finite guard), which must not close over a value being differentiated. Outside a train/eval step (model init,
+  abstract builds) the variable is created and `gemm` runs untapped.
   """
-  untapped = lambda lhs, rhs: gemm(lhs, rhs, extra)  # noqa: E731
   if not interval:
-    return untapped
+    return gemm, extra
   sink = module.variable(STATS_COLLECTION, STATS_NAME, empty_gemm_stats)
   flag = stats_flag(interval)
   if flag is None or module.is_initializing():
-    return untapped
-  return lambda lhs, rhs: gemm_with_operand_stats(gemm, lhs, rhs, extra, sink.value, flag, dimension_numbers, recipe)
+    return gemm, extra
+
+  def tapped(lhs: jax.Array, rhs: jax.Array, extra_and_sink: tuple[Any, jax.Array]) -> jax.Array:
+    inner, sink_value = extra_and_sink
+    return gemm_with_operand_stats(gemm, lhs, rhs, inner, sink_value, flag, dimension_numbers, recipe)
+
+  return tapped, (extra, sink.value)

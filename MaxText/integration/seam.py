@@ -93,7 +93,7 @@ HOOKS: tuple[Hook, ...] = (
          wrapper="MaxText.integration.moe:wrap_routed_moe_call", when="moe call",
          why="megablox=false: routed to the NVFP4 grouped GEMM only while an NVFP4 RoutedMoE call is traced"),
     Hook(targets=("maxtext.configs.pyconfig:_handle_config_exception",), params=("e",),
-         wrapper="MaxText.train:one_line_config_errors", when="cli",
+         wrapper="MaxText.integration.cli:one_line_config_errors", when="cli",
          why="`python -m MaxText.train` only: a config error is one line on stderr and exit 2"),
 )
 

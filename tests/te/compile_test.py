@@ -15,15 +15,13 @@ import re
 import pytest
 
 from MaxText.backends.targets import TARGETS
+from MaxText.preflight.compile import compile_train_step, target_devices
 
 DIMS = (((2,), (0,)), ((), ()))
 
 
 def _device(target: str):
-  from jax.experimental import topologies  # pylint: disable=import-outside-toplevel
-
-  topology = topologies.get_topology_desc("", "cuda", topology="1x1x1", target_config=TARGETS[target].target_config())
-  (device,) = topology.devices
+  (device,) = target_devices(target, 1)
   assert device.device_kind == TARGETS[target].name
   return device
 
@@ -91,7 +89,7 @@ def _train_step(overrides, target, count):
 
   given = {o.split("=", 1)[0] for o in overrides}
   base = [o for o in TINY_TE if o.split("=", 1)[0] not in given]  # maxtext refuses a key given twice
-  return harness.compile_train_step(harness.load_config(TINY_YML, [*base, *overrides]), target, count)
+  return compile_train_step(harness.load_config(TINY_YML, [*base, *overrides]), target, count)
 
 
 def _te_gemms(compiled) -> int:
@@ -99,21 +97,22 @@ def _te_gemms(compiled) -> int:
   return len(re.findall(r"custom_call_target=\"te_gemm_v2_ffi\"", compiled.as_text()))
 
 
-@pytest.mark.parametrize("overrides,count", [
-    (["quantization=te_nvfp4"], 1),
+@pytest.mark.parametrize("overrides,count,target", [
+    (["quantization=te_nvfp4"], 1, "b200"),
+    (["quantization=te_nvfp4"], 4, "gb300"),  # one GB300 compute tray, fsdp over its 4 GPUs
     # te_nvfp4_no_rht, FP8 attention, BF16 edge layers, the late switch and the forward-only switch, unscanned.
     (["quantization=te_nvfp4_no_rht", "nvfp4_attention_precision=fp8", "base_num_decoder_layers=4",
       "nvfp4_bf16_first_layers=1", "nvfp4_bf16_last_layers=1", "nvfp4_bf16_from_step=8",
-      "nvfp4_bf16_forward_from_step=5", "scan_layers=false"], 1),
+      "nvfp4_bf16_forward_from_step=5", "scan_layers=false"], 1, "b200"),
     # emb 256: maxtext shards the activations' embed dim over tensor, and TE's RHT wants 128 columns per shard.
-    (["quantization=te_nvfp4", "ici_fsdp_parallelism=2", "ici_tensor_parallelism=2", "base_emb_dim=256"], 4),
-], ids=["te_nvfp4", "no_rht_fp8_attention_switches", "fsdp2_tensor2"])
-def test_te_train_step_compiles_for_b200(te, blackwell, overrides, count):
+    (["quantization=te_nvfp4", "ici_fsdp_parallelism=2", "ici_tensor_parallelism=2", "base_emb_dim=256"], 4, "b200"),
+], ids=["te_nvfp4", "te_nvfp4_gb300_tray", "no_rht_fp8_attention_switches", "fsdp2_tensor2"])
+def test_te_train_step_compiles_for_blackwell(te, blackwell, overrides, count, target):
   del te, blackwell
-  compiled = _train_step(["nvfp4_backend=te", *overrides], "b200", count)
+  compiled = _train_step(["nvfp4_backend=te", *overrides], target, count)
   assert _te_gemms(compiled) >= 3, "TE's FP4 GEMMs did not survive to the executable"
   memory = compiled.memory_analysis()
-  assert 0 < memory.argument_size_in_bytes and 0 < memory.temp_size_in_bytes < TARGETS["b200"].memory_bytes
+  assert 0 < memory.argument_size_in_bytes and 0 < memory.temp_size_in_bytes < TARGETS[target].memory_bytes
 
 
 def test_emulated_train_step_compiles_for_h100(te):

@@ -18,7 +18,7 @@ os.environ["JAX_PLATFORMS"] = "cpu"
 if "--xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
   os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4").strip()
 
-from tests.te import shims  # pylint: disable=wrong-import-position
+from MaxText.preflight import deviceless  # pylint: disable=wrong-import-position
 
 _REQUIRED = os.environ.get("MAXTEXT_TE_TESTS") == "required"
 
@@ -27,7 +27,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
   del config
   here = os.path.dirname(os.path.abspath(__file__))
   te_items = [item for item in items if str(item.fspath).startswith(here + os.sep)]
-  if not te_items or shims.te_installed():
+  if not te_items or deviceless.te_installed():
     return
   reason = "tests/te needs TransformerEngine (transformer_engine_jax): run `make test-te`, which builds .venv-gpu"
   if _REQUIRED:
@@ -38,5 +38,5 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(scope="session")
 def te() -> object:
-  """transformer_engine.jax, imported through the test-only shims (see shims.py)."""
-  return shims.import_transformer_engine()
+  """transformer_engine.jax, imported without a driver (MaxText.preflight.deviceless)."""
+  return deviceless.import_transformer_engine()

@@ -96,66 +96,19 @@ def load_config(config_path: pathlib.Path | str, overrides: Sequence[str]) -> An
   return helpers.load_config(config_path, *overrides)
 
 
-def _traced_train_step(config: Any, devices: Sequence[Any]) -> Any:
-  """maxtext's train step for `config` on a mesh of `devices`, traced (inputs from train_compile.get_shaped_inputs)."""
-  # pylint: disable=import-outside-toplevel
-  import jax
-  from flax.linen import partitioning as nn_partitioning
-  from jax.sharding import AxisType, Mesh
-  from maxtext.trainers.pre_train import train, train_compile
-  from maxtext.utils import maxtext_utils, sharding
-
-  mesh = Mesh(maxtext_utils.create_device_mesh(config, devices), config.mesh_axes,
-              axis_types=(AxisType.Auto,) * len(config.mesh_axes))
-  shaped_args, shaped_kwargs, state_shardings, _, model = train_compile.get_shaped_inputs(mesh, config)
-  params_shardings, state_shardings = sharding.maybe_update_params_sharding_with_opt(config, state_shardings)
-  input_state_shardings = sharding.build_zero1_input_state_mesh_shardings(config, state_shardings, params_shardings)
-  data_sharding = sharding.get_input_data_sharding(config, mesh)
-  func, in_shard, out_shard, static_argnums, donate_argnums = maxtext_utils.get_functional_train_with_signature(
-      train.train_step, data_sharding, input_state_shardings, model, config, params_shardings)
-  with jax.set_mesh(mesh), nn_partitioning.axis_rules(config.logical_axis_rules):
-    jitted = jax.jit(func, in_shardings=in_shard, out_shardings=out_shard, static_argnums=static_argnums,
-                     donate_argnums=donate_argnums)
-    return jitted.trace(*shaped_args, **shaped_kwargs), mesh
-
-
 def lower_train_step(config: Any, log: Any = print) -> str:
   """maxtext's train step for `config`, lowered for CUDA on the CPU devices (as many as the config's mesh asks)."""
   import jax  # pylint: disable=import-outside-toplevel
 
+  from MaxText.preflight.compile import traced_train_step  # pylint: disable=import-outside-toplevel
+
   start = time.perf_counter()
   devices = jax.devices()[: int(config.num_target_devices or 1)] if hasattr(config, "num_target_devices") else None
   devices = devices or jax.devices()
-  traced, _ = _traced_train_step(config, devices)
+  traced, _ = traced_train_step(config, devices)
   text = traced.lower(lowering_platforms=("cuda",)).as_text(debug_info=True)
   log(f"  lowered the train step for CUDA on {len(devices)} CPU device(s) in {time.perf_counter() - start:.1f} s")
   return text
-
-
-def target_devices(target: str, count: int) -> list[Any]:
-  """`count` compile-only devices of a GPU described in MaxText.backends.targets (XLA's GPU compiler, no GPU)."""
-  from jax.experimental import topologies  # pylint: disable=import-outside-toplevel
-
-  from MaxText.backends.targets import TARGETS  # pylint: disable=import-outside-toplevel
-
-  return list(topologies.get_topology_desc("", "cuda", topology=f"1x1x{count}",
-                                           target_config=TARGETS[target].target_config()).devices)
-
-
-def compile_train_step(config: Any, target: str, count: int, log: Any = print) -> Any:
-  """maxtext's train step for `config` compiled by XLA's GPU compiler for `count` `target` GPUs; the executable.
-
-  TE's custom partitioners read TE's global MeshResource, so the compile runs inside maxtext's
-  `transformer_engine_context()` as the lowering does in maxtext's trainer."""
-  import jax  # pylint: disable=import-outside-toplevel
-  from maxtext.utils import max_utils  # pylint: disable=import-outside-toplevel
-
-  start = time.perf_counter()
-  traced, mesh = _traced_train_step(config, target_devices(target, count))
-  with jax.set_mesh(mesh), max_utils.transformer_engine_context():
-    compiled = traced.lower().compile()
-  log(f"  compiled the train step for {count} x {target} in {time.perf_counter() - start:.1f} s")
-  return compiled
 
 
 def _definitions(lines: list[str]) -> dict[str, str]:
@@ -169,11 +122,12 @@ def _definitions(lines: list[str]) -> dict[str, str]:
 
 
 def guard_inputs(text: str, result_type: str) -> list[set[str]]:
-  """For each guard select (a call of a `where` helper) producing `result_type` (e.g. "tensor<128x256xbf16>"): the
-  types of the tensors whose max|.| is_finite feeds its predicate (through `stablehlo.and`s).
+  """For each guard poison producing `result_type` (e.g. "tensor<128x256xbf16>"): the types of the tensors whose
+  max|.| is_finite feeds its verdict (through `stablehlo.and`s).
 
-  Why: the non-finite guard is `where(ok, out, NaN)` with ok = is_finite(max|a|) & is_finite(max|b|); this reads
-  which operands' checks actually reach each output in the lowered program.
+  Why: the non-finite guard is `out * where(ok, 1, NaN)` (a scalar, converted and broadcast) with
+  ok = is_finite(max|a|) & is_finite(max|b|); this reads which operands' checks actually reach each output in the
+  lowered program.
   """
   def finite_sources(defs: dict[str, str], name: str, depth: int = 0) -> set[str]:
     line = defs.get(name.split("#")[0], "")
@@ -188,12 +142,26 @@ def guard_inputs(text: str, result_type: str) -> list[set[str]]:
       return {match.group(1)} if match else set()
     return set()
 
+  def verdict(defs: dict[str, str], name: str) -> str | None:
+    """The predicate behind a scalar poison factor: broadcast_in_dim <- convert <- call @_where(pred, 1, NaN)."""
+    for _ in range(3):
+      line = defs.get(name.split("#")[0], "")
+      call = re.match(r"call @_where\w*\((%[\w#]+), ", line)
+      if call:
+        return call.group(1)
+      if not re.match(r"stablehlo\.(broadcast_in_dim|convert) ", line):
+        return None
+      name = re.findall(r"%[\w#]+", line)[0]
+    return None
+
   found = []
   for function in text.split("func.func")[1:]:  # SSA names are per function
     lines = function.splitlines()
     defs = _definitions(lines)
     for line in lines:
-      match = re.search(r"= call @_where\w*\((%[\w#]+), .*-> " + re.escape(result_type), line)
+      match = re.search(r"= stablehlo\.multiply (%[\w#]+), (%[\w#]+) : " + re.escape(result_type) + r"(?:\s|$)", line)
       if match:
-        found.append(finite_sources(defs, match.group(1)))
+        pred = verdict(defs, match.group(2))
+        if pred:
+          found.append(finite_sources(defs, pred))
   return found

@@ -34,7 +34,7 @@ def _lower_gemm(te, recipe, precision="nvfp4", nonfinite_check=True, stats_inter
   from MaxText.precision.policy import Precision  # pylint: disable=import-outside-toplevel
   from MaxText.precision.switches import Switches  # pylint: disable=import-outside-toplevel
 
-  del te  # imported through the shims by the fixture
+  del te  # imported without a driver by the fixture
   module = te_backend.dot_general_cls(Precision(precision), recipe, nonfinite_check, switches or Switches(),
                                       stats_interval)()
   x = jax.ShapeDtypeStruct((2, 64, 128), jnp.bfloat16)
@@ -148,15 +148,15 @@ def test_nonfinite_check_ops_sit_beside_te(te, check):
 def test_backend_probe_uses_te_support_check(te):
   """MaxText.backends.environment asks TE's is_scaling_mode_supported(NVFP4): yes at SM 10.0, TE's own reason at SM 9.0."""
   from MaxText.backends import environment as backend  # pylint: disable=import-outside-toplevel
-  from tests.te import shims  # pylint: disable=import-outside-toplevel
+  from MaxText.preflight import deviceless  # pylint: disable=import-outside-toplevel
 
   del te
   assert backend.te_nvfp4_support_error() is None
   try:
-    shims.patch_compute_capability(90)
+    deviceless.patch_compute_capability(90)
     reason = backend.te_nvfp4_support_error()
   finally:
-    shims.patch_compute_capability()
+    deviceless.patch_compute_capability()
   assert reason and "10.0" in reason, reason
   env = backend.Environment(te_error=None, gpu_capabilities=(10.0,), te_nvfp4_error=reason)
   with pytest.raises(ValueError, match="support check refuses NVFP4"):

@@ -36,7 +36,7 @@ def _say(message: str) -> None:
 
 @pytest.fixture(scope="module")
 def blackwell(te):
-  """The backend probe answers like a Blackwell node whose TE accepts NVFP4 (TE's own check, under the shims)."""
+  """The backend probe answers like a Blackwell node whose TE accepts NVFP4 (TE's own check, with TE imported without a driver)."""
   from MaxText.backends import environment as backend  # pylint: disable=import-outside-toplevel
   from tests.helpers import blackwell_environment  # pylint: disable=import-outside-toplevel
 

@@ -1,31 +1,37 @@
 # Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
 
-"""Test-only shims that let `import transformer_engine.jax` work on a machine without a GPU or an NVIDIA driver.
+"""Importing TransformerEngine and answering its device queries on a machine without an NVIDIA driver or GPU.
 
-Why: the TE backend can be traced and lowered to CUDA StableHLO on CPU (`lower(lowering_platforms=("cuda",))`):
-every TE custom call, its attributes and TE's sharding rules are then in the text, with no kernel run. Only the
-import and one device query stand in the way, and these shims answer them, here and never in the package:
-  - libcuda.so.1, the driver, is absent: a stub built with gcc at test time (it reports no device if called).
+Why: XLA's GPU compiler compiles for a GPU it only has a description of (MaxText.backends.targets), and the TE
+backend can be traced, lowered and compiled for it on CPU; only TE's import and its device queries stand in the
+way. This module answers them, for the pre-flight (`python -m MaxText.preflight`) and the TE test group:
+  - libcuda.so.1, the driver, is absent: a stub built with the system C compiler (it reports no device if called).
   - TE's library loader prefers a system CUDA toolkit (/usr/local/cuda, *_HOME) over the cu12 wheels; a toolkit
     of another major version there would be loaded. NVRTC_HOME/CURAND_HOME/CUDNN_HOME point it at the wheels, and
     the libraries libtransformer_engine.so links (cudart, cublas, cublasLt, nccl) are preloaded from the wheels.
-  - TE asks the GPU for its compute capability at trace time (`get_device_compute_capability`): patched to 100
-    (Blackwell) wherever TE imported it by name.
-Nothing here runs a kernel: what a lowering cannot show (kernel numerics, speed) needs a Blackwell GPU.
+  - TE asks the GPU for its compute capability at trace time (`get_device_compute_capability`): answered with the
+    target's wherever TE imported the query by name.
+  - TE's fused attention (maxtext's attention=cudnn_flash_te) asks cuDNN, on the GPU, which backend runs and how
+    much workspace it needs: answered with cuDNN's arbitrary-sequence-length backend (TE's choice for causal BF16
+    attention on Hopper and Blackwell) and no workspace, which a memory figure must then say it leaves out.
+Use it in a process that never runs a GPU kernel: a stub driver in the process makes real GPU use impossible.
+Nothing here runs a kernel: what compiling cannot show (kernel numerics, speed) needs the GPU itself.
 """
 
 from __future__ import annotations
 
 import ctypes
 import importlib
+import importlib.metadata
 import os
 import pathlib
 import subprocess
 import sys
 import sysconfig
 import tempfile
+from typing import Any
 
-#: What the TE group's tests pretend every GPU is: SM 10.0 (GB200), where TE enables NVFP4.
+#: The compute capability answered by default: SM 10.0 (B200/GB200), where TE enables NVFP4.
 COMPUTE_CAPABILITY = 100
 
 # A driver that has no device: enough for the dynamic loader; cuInit reports CUDA_ERROR_NO_DEVICE (100).
@@ -41,8 +47,6 @@ _PRELOAD = ("cuda_runtime", "cublas", "nccl", "cuda_nvrtc", "curand", "cudnn")
 
 def te_installed() -> bool:
   """True when transformer_engine and its JAX extension are installed (not whether they import)."""
-  import importlib.metadata  # pylint: disable=import-outside-toplevel
-
   try:
     importlib.metadata.version("transformer-engine-jax")
   except importlib.metadata.PackageNotFoundError:
@@ -129,3 +133,41 @@ def import_transformer_engine() -> object:
     importlib.import_module(name)
   patch_compute_capability()
   return module
+
+
+def answer_fused_attention() -> None:
+  """Makes TE's fused-attention queries answer without a GPU: cuDNN's arbitrary-sequence-length backend, no workspace.
+
+  TE calls `transformer_engine_jax.get_fused_attn_backend` and `get_fused_attn_{fwd,bwd}_workspace_sizes` (C++
+  that builds a cuDNN graph on the GPU) at trace time, through the module attribute, so replacing the attributes
+  answers every call. Idempotent. What it cannot know: the workspace cuDNN would ask for on the real GPU.
+  """
+  import transformer_engine_jax as tex  # pylint: disable=import-outside-toplevel  # after import_transformer_engine
+
+  if getattr(tex, "_preflight_answered", False):
+    return
+  backend = tex.NVTE_Fused_Attn_Backend.NVTE_F16_arbitrary_seqlen
+
+  def get_fused_attn_backend(*args, **kwargs):
+    del args, kwargs
+    return backend, ""
+
+  def workspace_sizes(*args, **kwargs):
+    del args, kwargs
+    return (0,), tex.DType.kByte
+
+  for name, answer in (("get_fused_attn_backend", get_fused_attn_backend),
+                       ("get_fused_attn_fwd_workspace_sizes", workspace_sizes),
+                       ("get_fused_attn_bwd_workspace_sizes", workspace_sizes)):
+    setattr(tex, name, answer)
+  tex._preflight_answered = True  # pylint: disable=protected-access
+
+
+def target_environment(capability: float, gpus: int) -> Any:
+  """What MaxText.backends.environment's probe would report on `gpus` GPUs of `capability` with TE importing,
+  with TE's own NVFP4 verdict for that capability (patched as above)."""
+  from MaxText.backends import environment  # pylint: disable=import-outside-toplevel  # jax: only where used
+
+  patch_compute_capability(int(round(capability * 10)))
+  return environment.Environment(te_error=None, gpu_capabilities=(float(capability),) * gpus,
+                                 te_nvfp4_error=environment.te_nvfp4_support_error())

@@ -1,0 +1,175 @@
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
+"""`python -m MaxText.preflight CONFIG.yml [key=value ...] --target b200|gb300|h100 --devices N [--json PATH]`
+
+Compiles the run's train step (maxtext's own, with the plugin registered) for N target GPUs with XLA's GPU compiler,
+on this machine, without a GPU (`.venv-gpu`: the CUDA jax plugin and TransformerEngine), and prints:
+  - per-device memory: arguments, temporaries, peak, against the GPU's memory: fits or not, by how much;
+  - the kernels in the step and TransformerEngine's among them (its FP4 GEMMs, quantizations, RHT amaxes);
+  - for an NVFP4 run on TE, what the plugin adds around TE's kernels: the same step compiled again without the
+    non-finite guard and the statistics tap, and the difference in kernels and bytes.
+Exit status: 0 when it fits; 2 with one line on stderr for a config error, an unknown target, a device count the
+config's parallelism cannot use, or a step that does not fit. The answers a GPU would give TE at trace time come
+from MaxText.preflight.deviceless; what that leaves out (cuDNN's attention workspace) is said in the output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import re
+import sys
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+os.environ.setdefault("JAX_PLATFORMS", "cpu")  # the compile-only GPUs come from the CUDA plugin's topology API
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # XLA's INFO lines (its scheduler's, per computation) bury the report
+
+# pylint: disable=wrong-import-position  # after the environment above
+from MaxText.backends import environment
+from MaxText.backends.targets import TARGETS
+from MaxText.integration import seam
+from MaxText.integration.cli import EXIT_CONFIG_ERROR, one_line_config_errors
+from MaxText.precision.modes import Backend
+from MaxText.precision.policy import Precision
+from MaxText.precision.settings import Settings
+from MaxText.preflight import deviceless
+from MaxText.preflight import kernels as kernels_lib
+from MaxText.preflight import report
+
+PROG = "MaxText.preflight"
+#: The keys switched off for the comparison program: everything the plugin adds around TE's dense that is not
+#: the recipe itself (the switches and BF16 layers are the recipe a user chose, so they stay).
+BARE_OVERRIDES = ("nvfp4_nonfinite_check=false", "nvfp4_stats_interval=0")
+
+
+def fail(line: str) -> NoReturn:
+  print(f"{PROG}: {line}", file=sys.stderr)
+  sys.exit(EXIT_CONFIG_ERROR)
+
+
+class _Parser(argparse.ArgumentParser):
+  def error(self, message: str) -> NoReturn:
+    fail(f"{message} (usage: python -m {PROG} CONFIG.yml [key=value ...] --target {'|'.join(TARGETS)} --devices N)")
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+  parser = _Parser(prog=f"python -m {PROG}", description=__doc__.split("\n\n")[1])
+  parser.add_argument("config", help="the run's YAML config, as MaxText.train takes it")
+  parser.add_argument("overrides", nargs="*", help="key=value overrides, as MaxText.train takes them")
+  parser.add_argument("--target", required=True, help=f"the GPU: {', '.join(TARGETS)}")
+  parser.add_argument("--devices", required=True, type=int, help="how many GPUs the run uses")
+  parser.add_argument("--json", type=pathlib.Path, help="also write the report as JSON to this path")
+  parser.add_argument("--no-overhead", action="store_true",
+                      help="skip the second compile that measures what the plugin adds around TE's kernels")
+  args = parser.parse_intermixed_args(argv)  # key=value overrides may come after the options
+  if args.target not in TARGETS:
+    fail(f"--target {args.target!r} is not a GPU the plugin describes; valid: {', '.join(sorted(TARGETS))}")
+  if args.devices < 1:
+    fail(f"--devices {args.devices}: give the number of GPUs the run uses (1 or more)")
+  bad = [o for o in args.overrides if "=" not in o]
+  if bad:
+    fail(f"{bad[0]!r} is not key=value; overrides look like per_device_batch_size=2")
+  return args
+
+
+def prepare_deviceless(target: str, devices: int) -> None:
+  """TE imported without a driver (if installed), its device queries and the backend probe answering for `devices`
+  GPUs of `target`."""
+  capability = TARGETS[target].capability[0] + TARGETS[target].capability[1] / 10
+  if deviceless.te_installed():
+    deviceless.import_transformer_engine()
+    deviceless.answer_fused_attention()
+    answer = deviceless.target_environment(capability, devices)
+  else:
+    answer = environment.Environment(te_error="transformer_engine_jax is not installed (./setup.sh --gpu)",
+                                     gpu_capabilities=(capability,) * devices)
+  environment.probe_environment = lambda: answer
+
+
+def load_config(config: str, overrides: Sequence[str], devices: int) -> Any:
+  """maxtext's config with the plugin registered, for `devices` GPUs (maxtext's internal_compile device count)."""
+  seam.register()  # the plugin's keys (idempotent)
+  from maxtext.configs import pyconfig  # pylint: disable=import-outside-toplevel  # after register(), as maxtext's
+
+  given = {o.split("=", 1)[0] for o in overrides}
+  extra = [f"{k}={v}" for k, v in (("base_output_directory", "/tmp/maxtext-preflight"),) if k not in given]
+  return pyconfig.initialize([PROG, config, *extra, *overrides, "internal_compile=true",
+                              f"internal_compile_num_devices={devices}"])
+
+
+def compile_step(config: Any, target: str, devices: int) -> Any:
+  """The compiled step; a device count the config's parallelism cannot use is one line, exit 2."""
+  # pylint: disable-next=import-outside-toplevel  # maxtext and TE's modules: after register() and the answers
+  from MaxText.preflight.compile import compile_train_step
+
+  try:
+    return compile_train_step(config, target, devices, log=lambda line: print(line, flush=True))
+  except (AssertionError, ValueError) as e:
+    message = " ".join(str(e).split())
+    if "mesh" in message.lower() or "devices" in message.lower() or "parallelism" in message.lower():
+      message = re.sub(r"NamedSharding\(mesh=Mesh\(.*?\), spec=(P\([^)]*\))[^)]*\)", r"\1", message)
+      fail(f"{devices} x {target}: the config's parallelism cannot use this device count: {message[:500]}")
+    raise
+
+
+def mem_fraction() -> float:
+  """The share of a GPU jax's allocator may use: XLA_PYTHON_CLIENT_MEM_FRACTION as the run will see it, else jax's
+  default; a value that is not a fraction in (0, 1] is one line, exit 2."""
+  given = os.environ.get("XLA_PYTHON_CLIENT_MEM_FRACTION")
+  if given is None:
+    return report.DEFAULT_MEM_FRACTION
+  try:
+    fraction = float(given)
+  except ValueError:
+    fraction = -1.0
+  if not 0 < fraction <= 1:
+    fail(f"XLA_PYTHON_CLIENT_MEM_FRACTION={given!r}: give the share of GPU memory jax may use, e.g. 0.9")
+  return fraction
+
+
+def _te_nvfp4(config: Any) -> bool:
+  """Whether the run's MLP GEMMs are NVFP4 on TransformerEngine here (nvfp4_backend resolved for the target)."""
+  settings = Settings.from_config(config)
+  return settings.nvfp4 and settings.mlp is Precision.NVFP4 and environment.resolve_backend(settings.backend) is Backend.TE
+
+
+def main(argv: Sequence[str]) -> int:
+  args = parse_args(argv)
+  fraction = mem_fraction()
+  seam.register()
+  seam.install_cli_error_handler(one_line_config_errors([PROG, args.config], PROG))
+  prepare_deviceless(args.target, args.devices)
+  target = TARGETS[args.target]
+  config = load_config(args.config, args.overrides, args.devices)
+  compiled = compile_step(config, args.target, args.devices)
+  memory = report.Memory.of(compiled, target, fraction)
+  found = kernels_lib.kernels(compiled.as_text())
+  lines = [*report.memory_lines(memory, target, args.devices), *report.kernel_lines(found)]
+  if getattr(config, "attention", "") == "cudnn_flash_te":
+    lines.append("not counted: cuDNN's fused-attention workspace (cuDNN sizes it on the GPU; the pre-flight "
+                 "answers 0 bytes)")
+  payload: dict[str, Any] = {"config": args.config, "overrides": list(args.overrides), "target": args.target,
+                             "devices": args.devices, "memory": memory.as_dict(),
+                             "te_kernels": kernels_lib.counts(kernels_lib.te_kernels(found))}
+  if not args.no_overhead and _te_nvfp4(config):
+    bare = compile_step(load_config(args.config, [*args.overrides, *BARE_OVERRIDES], args.devices), args.target,
+                        args.devices)
+    overhead = report.Overhead.between(found, kernels_lib.kernels(bare.as_text()))
+    lines += report.overhead_lines(overhead, "against the same step with " + " ".join(BARE_OVERRIDES))
+    payload["overhead"] = overhead.as_dict()
+  print("\n".join(lines))
+  if args.json:
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+    print(f"wrote {args.json}")
+  if not memory.fits:
+    fail(f"does not fit: {report.gib(memory.peak)} per device > {report.gib(memory.device)} jax may use on a "
+         f"{target.name} ({memory.fraction:.0%}) by {report.gib(-memory.margin)}")
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,250 @@
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
+"""A compiled XLA program read as the kernels it launches, each with the bytes it reads and writes.
+
+Why: the pre-flight and the overhead audit compare what TE's kernels move with what the plugin adds around them,
+on a program compiled for a GPU that is not here, so no profiler can be asked. XLA's optimized HLO text names
+every kernel: each instruction of the entry computation and of the computations it runs in turn (while bodies
+and conditions, conditional branches, called computations), except the bookkeeping ones that launch nothing
+(parameters, tuples, bitcasts, ...). A fusion is one kernel whatever it fuses.
+
+What a kernel's bytes are here: its result plus its operands, at their full sizes. That is what an elementwise or
+reduction kernel moves; a kernel that reads part of an operand (a dynamic slice fused in) is overcounted, and a
+GEMM's re-reads through cache are not counted. A while body is counted once (per layer under scan_layers), not
+once per iteration. Both sides of a comparison are counted the same way, so their difference is what one side adds.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import math
+import re
+from collections.abc import Iterable
+
+#: Bytes per element of each HLO element type (sub-byte types as fractions: FP4 packs two per byte).
+_DTYPE_BYTES = {
+    "pred": 1, "s2": 0.25, "u2": 0.25, "s4": 0.5, "u4": 0.5, "f4e2m1fn": 0.5, "s8": 1, "u8": 1,
+    "f8e4m3fn": 1, "f8e5m2": 1, "f8e4m3": 1, "f8e5m2fnuz": 1, "f8e4m3fnuz": 1, "f8e4m3b11fnuz": 1, "f8e8m0fnu": 1,
+    "f8e3m4": 1, "bf16": 2, "f16": 2, "s16": 2, "u16": 2, "f32": 4, "s32": 4, "u32": 4, "f64": 8, "s64": 8,
+    "u64": 8, "c64": 8, "c128": 16,
+}
+#: Instructions that launch no kernel of their own.
+_NO_KERNEL = frozenset({
+    "parameter", "constant", "get-tuple-element", "tuple", "bitcast", "while", "conditional", "call", "after-all",
+    "add-dependency", "opt-barrier", "domain", "partition-id", "replica-id", "async-done", "async-update",
+    "copy-done", "send-done", "recv-done", "all-gather-done", "all-reduce-done", "collective-permute-done",
+    "get-dimension-size", "fusion-done",
+})
+#: Custom-call results of this type are scratch workspaces (cuBLAS, cuDNN), not data a kernel writes out.
+_WORKSPACE = "u8"
+_ARRAY_RE = re.compile(r"\b([a-z][a-z0-9]*)\[([0-9,]*)\]")
+_COMPUTATION_RE = re.compile(r"^(ENTRY\s+)?%?([\w.\-]+)\s.*\{\s*$")
+_INSTRUCTION_RE = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*(.+?)\s+([a-z][\w\-]*)\((.*)$")
+_CALLED_RE = re.compile(r"\b(body|condition|to_apply|calls|true_computation|false_computation)=%?([\w.\-]+)")
+_BRANCHES_RE = re.compile(r"branch_computations=\{([^}]*)\}")
+_TARGET_RE = re.compile(r'custom_call_target="([^"]+)"')
+_OP_NAME_RE = re.compile(r'op_name="([^"]*)"')
+
+
+def shape_bytes(shape: str, workspace: bool = True) -> int:
+  """Bytes of an HLO shape's arrays, e.g. "(bf16[8192,4096]{1,0}, f32[1]{0})" -> 67108868; without u8 arrays
+  (a custom call's workspace) when not `workspace`."""
+  total = 0.0
+  for dtype, dims in _ARRAY_RE.findall(shape):
+    if dtype in _DTYPE_BYTES and (workspace or dtype != _WORKSPACE):
+      total += _DTYPE_BYTES[dtype] * math.prod(int(d) for d in dims.split(",") if d)
+  return int(math.ceil(total))
+
+
+@dataclasses.dataclass(frozen=True)
+class Kernel:
+  """One launched kernel: its instruction name, opcode, custom-call target (if any), bytes moved, op_name."""
+
+  name: str
+  opcode: str
+  target: str
+  bytes: int
+  op_name: str
+
+  @property
+  def te(self) -> bool:
+    """A TransformerEngine kernel (its custom calls all start with "te_")."""
+    return self.target.startswith("te_")
+
+  @property
+  def te_gemm_path(self) -> bool:
+    """One of TE's kernels of a quantized GEMM: quantize, RHT amax, GEMM (not its fused attention)."""
+    return self.te and "fused_attn" not in self.target
+
+  @property
+  def kind(self) -> str:
+    """What it is, for tables: the custom-call target, else the fusion kind or the opcode."""
+    return self.target or self.opcode
+
+
+def _split_operands(text: str) -> str:
+  """The operand list of `op(...)`: the text up to the parenthesis that closes it."""
+  depth = 1
+  for i, char in enumerate(text):
+    if char in "([{":
+      depth += 1
+    elif char in ")]}":
+      depth -= 1
+      if depth == 0:
+        return text[:i]
+  return text
+
+
+def _computations(hlo: str) -> tuple[dict[str, list[str]], str]:
+  """Computation name -> its instruction lines, and the entry computation's name."""
+  computations: dict[str, list[str]] = {}
+  entry, current = "", None
+  for line in hlo.splitlines():
+    if current is None:
+      match = _COMPUTATION_RE.match(line.strip())
+      if match and not line.startswith("HloModule") and not _INSTRUCTION_RE.match(line):
+        current = match.group(2)
+        computations[current] = []
+        if match.group(1):
+          entry = current
+      continue
+    if line.strip() == "}":
+      current = None
+    else:
+      computations[current].append(line)
+  return computations, entry
+
+
+@dataclasses.dataclass(frozen=True)
+class _Instruction:
+  name: str
+  shape: str
+  opcode: str
+  operands: tuple[str, ...]
+  rest: str
+  root: bool
+
+
+def _parse(lines: list[str]) -> list[_Instruction]:
+  parsed = []
+  for line in lines:
+    match = _INSTRUCTION_RE.match(line)
+    if match:
+      name, shape, opcode, rest = match.groups()
+      operands = tuple(re.findall(r"%([\w.\-]+)", _split_operands(rest)))
+      parsed.append(_Instruction(name, shape, opcode, operands, rest, line.lstrip().startswith("ROOT ")))
+  return parsed
+
+
+_SLICING = frozenset({"dynamic-slice", "slice", "gather"})
+
+
+def _fusion_bytes(body: list[_Instruction]) -> tuple[int, str]:
+  """(bytes a fusion kernel reads and writes, the custom-call target it wraps or ""), from its fused computation.
+
+  A parameter read only through slices counts the slices; the buffer a dynamic-update-slice writes into counts
+  only the update (in place: XLA aliases it with the result); a fusion that wraps a custom call (XLA's
+  dynamic-slice fusion around TE's calls) is that call on the slices it is given.
+  """
+  by_name = {inst.name: inst for inst in body}
+  users: dict[str, list[_Instruction]] = collections.defaultdict(list)
+  for inst in body:
+    for operand in inst.operands:
+      users[operand].append(inst)
+  calls = [inst for inst in body if inst.opcode == "custom-call"]
+  if calls:
+    call = calls[0]
+    target = _TARGET_RE.search(call.rest)
+    moved = shape_bytes(call.shape, workspace=False) + sum(shape_bytes(by_name[o].shape) for o in call.operands if o in by_name)
+    return moved, target.group(1) if target else ""
+  read = 0
+  for inst in body:
+    if inst.opcode != "parameter":
+      continue
+    uses = users[inst.name]
+    if uses and all(u.opcode in _SLICING and u.operands[0] == inst.name for u in uses):
+      read += sum(shape_bytes(u.shape) for u in uses)
+    elif uses and all(u.opcode == "dynamic-update-slice" and u.operands[0] == inst.name for u in uses):
+      continue  # written in place; the update is counted as the write
+    else:
+      read += shape_bytes(inst.shape)
+  root = next((inst for inst in body if inst.root), body[-1] if body else None)
+  outputs = [by_name.get(o) for o in root.operands] if root is not None and root.opcode == "tuple" else [root]
+  written = 0
+  for out in outputs:
+    if out is None:
+      continue
+    if out.opcode == "dynamic-update-slice" and len(out.operands) > 1 and out.operands[1] in by_name:
+      written += shape_bytes(by_name[out.operands[1]].shape)
+    else:
+      written += shape_bytes(out.shape)
+  return read + written, ""
+
+
+def kernels(hlo: str) -> list[Kernel]:
+  """Every kernel of a compiled program (`compiled.as_text()`), in program order, computations entered as run."""
+  computations, entry = _computations(hlo)
+  found: list[Kernel] = []
+  seen: set[str] = set()
+
+  def visit(name: str) -> None:
+    if name in seen or name not in computations:
+      return
+    seen.add(name)
+    shapes: dict[str, str] = {}
+    for inst in _parse(computations[name]):
+      shapes[inst.name] = inst.shape
+      if inst.opcode in ("while", "conditional", "call", "async-start"):
+        for key, called in _CALLED_RE.findall(inst.rest):
+          if key != "to_apply" or inst.opcode == "call":
+            visit(called)
+        for group in _BRANCHES_RE.findall(inst.rest):
+          for called in group.split(","):
+            visit(called.strip().lstrip("%"))
+      if inst.opcode in _NO_KERNEL or inst.opcode == "async-start":
+        continue
+      target = _TARGET_RE.search(inst.rest)
+      target_name = target.group(1) if target else ""
+      moved = (shape_bytes(inst.shape, workspace=inst.opcode != "custom-call")
+               + sum(shape_bytes(shapes.get(o, "")) for o in inst.operands))
+      opcode = inst.opcode
+      if opcode in ("fusion", "fusion-start"):
+        called = re.search(r"\bcalls=%?([\w.\-]+)", inst.rest)
+        if called and called.group(1) in computations:
+          moved, wrapped = _fusion_bytes(_parse(computations[called.group(1)]))
+          target_name = target_name or wrapped
+        kind = re.search(r"\bkind=(k\w+)", inst.rest)
+        opcode = f"fusion:{kind.group(1)}" if kind else "fusion"
+      op_name = _OP_NAME_RE.search(inst.rest)
+      found.append(Kernel(name=inst.name, opcode=opcode, target=target_name, bytes=moved,
+                          op_name=op_name.group(1) if op_name else ""))
+
+  visit(entry)
+  return found
+
+
+def total_bytes(found: Iterable[Kernel]) -> int:
+  return sum(k.bytes for k in found)
+
+
+def te_kernels(found: Iterable[Kernel], gemm_path_only: bool = False) -> list[Kernel]:
+  """TE's kernels; with `gemm_path_only`, those of its quantized GEMMs (see Kernel.te_gemm_path)."""
+  return [k for k in found if (k.te_gemm_path if gemm_path_only else k.te)]
+
+
+def counts(found: Iterable[Kernel]) -> dict[str, int]:
+  """Kernel kind -> how many, for TE's calls (e.g. {"te_gemm_v2_ffi": 3, ...})."""
+  return dict(collections.Counter(k.kind for k in found))
+
+
+def added(ours: list[Kernel], bare: list[Kernel]) -> list[Kernel]:
+  """The kernels of `ours` beyond those of `bare`, matched by kind and bytes (a multiset difference)."""
+  remaining = collections.Counter((k.kind, k.bytes) for k in bare)
+  extra = []
+  for kernel in ours:
+    key = (kernel.kind, kernel.bytes)
+    if remaining[key]:
+      remaining[key] -= 1
+    else:
+      extra.append(kernel)
+  return extra

@@ -1,0 +1,116 @@
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
+"""What the pre-flight reports about one compiled train step: per-device memory against the GPU's, the kernels, and
+what the plugin adds around TE's kernels compared with the same step without those additions."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from MaxText.backends.targets import Target
+from MaxText.preflight import kernels as kernels_lib
+
+GIB = 1024**3
+#: jax's GPU allocator preallocates this share of each GPU unless XLA_PYTHON_CLIENT_MEM_FRACTION says otherwise.
+DEFAULT_MEM_FRACTION = 0.75
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Memory:
+  """Per-device bytes from XLA's memory analysis of the executable.
+
+  peak = arguments + outputs - aliased (donated state written in place) + temporaries + generated code: what the
+  device must hold at once. `device` is what jax's allocator may use: the GPU's memory times
+  XLA_PYTHON_CLIENT_MEM_FRACTION (jax's default 0.75). Not in the peak: the CUDA context, cuBLAS/cuDNN workspaces
+  XLA does not allocate, NCCL buffers.
+  """
+
+  arguments: int
+  outputs: int
+  aliased: int
+  temporaries: int
+  code: int
+  device: int  # what jax may allocate on the target GPU: its memory x fraction
+  fraction: float = DEFAULT_MEM_FRACTION
+
+  @classmethod
+  def of(cls, compiled: Any, target: Target, fraction: float = DEFAULT_MEM_FRACTION) -> Memory:
+    analysis = compiled.memory_analysis()
+    return cls(arguments=int(analysis.argument_size_in_bytes), outputs=int(analysis.output_size_in_bytes),
+               aliased=int(analysis.alias_size_in_bytes), temporaries=int(analysis.temp_size_in_bytes),
+               code=int(analysis.generated_code_size_in_bytes), device=int(target.memory_bytes * fraction),
+               fraction=fraction)
+
+  @property
+  def peak(self) -> int:
+    return self.arguments + self.outputs - self.aliased + self.temporaries + self.code
+
+  @property
+  def fits(self) -> bool:
+    return self.peak <= self.device
+
+  @property
+  def margin(self) -> int:
+    """Bytes left on the device (negative: missing)."""
+    return self.device - self.peak
+
+  def as_dict(self) -> dict[str, Any]:
+    return {**dataclasses.asdict(self), "peak": self.peak, "fits": self.fits}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Overhead:
+  """The kernels the plugin adds beside TE's: ours minus the same step compiled without the additions."""
+
+  added_kernels: list[kernels_lib.Kernel]
+  added_bytes: int  # total kernel bytes of ours minus those of the bare program
+  te_bytes: int  # bytes of TE's own quantized-GEMM kernels (quantize, RHT amax, GEMM) in the bare program
+
+  @property
+  def fraction(self) -> float:
+    return self.added_bytes / self.te_bytes if self.te_bytes else 0.0
+
+  @classmethod
+  def between(cls, ours: list[kernels_lib.Kernel], bare: list[kernels_lib.Kernel]) -> Overhead:
+    return cls(added_kernels=kernels_lib.added(ours, bare),
+               added_bytes=kernels_lib.total_bytes(ours) - kernels_lib.total_bytes(bare),
+               te_bytes=kernels_lib.total_bytes(kernels_lib.te_kernels(bare, gemm_path_only=True)))
+
+  def as_dict(self) -> dict[str, Any]:
+    return {"added_bytes": self.added_bytes, "te_bytes": self.te_bytes, "added_bytes_fraction": self.fraction,
+            "added_kernels": [dataclasses.asdict(k) for k in self.added_kernels]}
+
+
+def gib(n: int) -> str:
+  return f"{n / GIB:.2f} GiB"
+
+
+def memory_lines(memory: Memory, target: Target, devices: int) -> list[str]:
+  verdict = (f"fits, {gib(memory.margin)} to spare" if memory.fits
+             else f"does NOT fit: {gib(-memory.margin)} over")
+  return [
+      f"per-device memory on {devices} x {target.name} ({gib(memory.device)} each for jax: "
+      f"{memory.fraction:.0%} of {gib(target.memory_bytes)}, XLA_PYTHON_CLIENT_MEM_FRACTION):",
+      f"  arguments (params, optimizer state, batch)  {gib(memory.arguments):>12}",
+      f"  outputs not written in place                {gib(memory.outputs - memory.aliased):>12}",
+      f"  temporaries (activations, gradients, ...)   {gib(memory.temporaries):>12}",
+      f"  generated code                              {gib(memory.code):>12}",
+      f"  peak                                        {gib(memory.peak):>12}  -> {verdict}",
+  ]
+
+
+def kernel_lines(found: list[kernels_lib.Kernel]) -> list[str]:
+  te = kernels_lib.counts(kernels_lib.te_kernels(found))
+  lines = [f"kernels in the step (a scanned layer counted once): {len(found)}, of them TransformerEngine's: "
+           f"{sum(te.values())}"]
+  lines += [f"  {kind:<28} {count:>4}" for kind, count in sorted(te.items())]
+  return lines
+
+
+def overhead_lines(overhead: Overhead, what: str) -> list[str]:
+  lines = [f"what the plugin adds around TE's kernels ({what}): {len(overhead.added_kernels)} kernels, "
+           f"{overhead.added_bytes / 1e6:+.1f} MB against {overhead.te_bytes / 1e6:.1f} MB moved by TE's quantize, "
+           f"RHT-amax and GEMM kernels: added_bytes_fraction {overhead.fraction:.4f}"]
+  for kernel in sorted(overhead.added_kernels, key=lambda k: -k.bytes)[:12]:
+    lines.append(f"  {kernel.kind:<16} {kernel.bytes / 1e6:>9.1f} MB  {kernel.op_name[-90:]}")
+  return lines
