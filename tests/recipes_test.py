@@ -79,7 +79,8 @@ def test_recipe_loads_with_published_settings(loaded, pair, quant):
   assert c["quantization"] == quant
   assert c["hardware"] == "gpu"
   assert c["attention"] == "cudnn_flash_te"
-  assert c["remat_policy"] == "minimal_with_context_and_quantization"
+  # 405B: the pre-flight found minimal_with_context_and_quantization needs 491 GiB per GB300 on 64 (README).
+  assert c["remat_policy"] == {"llama3_8b": "minimal_with_context_and_quantization", "llama3.1_405b": "full"}[pair]
   assert c["max_target_length"] == "8192"
   assert c["ici_fsdp_parallelism"] == "-1"
   assert (c["dataset_type"], c["dataset_name"], c["eval_dataset_name"]) == ("tfds", "c4/en:3.0.1", "c4/en:3.0.1")
@@ -154,7 +155,16 @@ def test_convergence_dry_run(tmp_path):
     kv = _kv(cmd)
     assert kv["steps"] == "2000" and kv["dataset_path"] == "/data/tfds" and "dataset_type" not in kv
     assert pathlib.Path(kv["tokenizer_path"]).is_file() and kv["tokenizer_path"].endswith("tokenizer_llama3.tiktoken")
+    assert (kv["eval_interval"], kv["eval_steps"]) == ("200", "40")  # the same eval batches: paired intervals
   assert cmds[-1][1:3] == ["-m", "MaxText.compare"] and cmds[-1][-2:] == ["--smooth", "100"]
+
+
+def test_convergence_eval_keys_given_by_the_user_replace_the_defaults(tmp_path):
+  proc = _script("convergence_pair.sh", "--dry-run", "--data-dir", "/d", "--eval-batches", "8", "--out", str(tmp_path),
+                 "--", "eval_interval=500")
+  assert proc.returncode == 0, proc.stderr
+  for cmd in [c for c in _commands(proc.stdout) if "MaxText.train" in c]:
+    assert [a for a in cmd if a.startswith("eval_")] == ["eval_steps=8", "eval_interval=500"]
 
 
 @pytest.mark.parametrize(

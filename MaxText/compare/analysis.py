@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from scipy import stats
 
 from MaxText.compare import verdict
 from MaxText.compare.metrics import RunMetrics
@@ -196,6 +197,43 @@ def _final_eval_gap(baseline: RunMetrics, candidate: RunMetrics) -> tuple[int | 
   return int(steps[-1]), _finite_or_none(gap[-1]), _finite_or_none(base[-1])
 
 
+#: Confidence of the paired eval-gap interval.
+CI_LEVEL = 0.95
+
+
+def paired_eval_gap(baseline: RunMetrics, candidate: RunMetrics,
+                    step: int | None) -> tuple[tuple[float, float] | None, int, str | None]:
+  """(95% interval of the eval gap in nats, eval batches, why there is none) at the eval after train step `step`.
+
+  Both runs evaluate the same held-out batches, so each batch's loss difference is one paired sample; the gap is their
+  token-weighted mean (equal to the difference of the two eval losses) and the interval is Student's t on the
+  batches, n - 1 degrees of freedom. It says how much the gap could move with other eval batches of the same kind,
+  not with another seed (MaxText.compare's run groups measure that). Refused when the two passes did not see the same
+  batches (another count, or other token counts per batch), and absent where the per-batch losses were not logged.
+  """
+  if step is None:
+    return None, 0, "no common eval"
+  missing = [r.name for r in (baseline, candidate) if step not in r.eval_batches]
+  if missing:
+    return None, 0, (f"no per-batch eval losses at step {step} from {' and '.join(missing)} (maxtext's metrics_file "
+                     "holds them for the last eval pass)")
+  base, cand = np.array(baseline.eval_batches[step]), np.array(candidate.eval_batches[step])
+  if base.shape != cand.shape or not np.array_equal(base[:, 1], cand[:, 1]):
+    return None, 0, (f"mismatched eval sets at step {step}: {len(base)} vs {len(cand)} batches or other token counts "
+                     "per batch; paired intervals need the same eval batches in both runs")
+  n = len(base)
+  if n < 2:
+    return None, n, "one eval batch: no spread to build an interval from; raise eval_steps"
+  weights, diffs = base[:, 1], cand[:, 0] - base[:, 0]
+  if not np.all(np.isfinite(diffs)):
+    return None, n, "non-finite eval batch losses"
+  mean = float(np.sum(weights * diffs) / np.sum(weights))
+  share = weights / np.sum(weights)
+  stderr = math.sqrt(n / (n - 1) * float(np.sum(share**2 * (diffs - mean) ** 2)))
+  half = float(stats.t.ppf(0.5 + CI_LEVEL / 2, n - 1)) * stderr
+  return (mean - half, mean + half), n, None
+
+
 def compare(baseline: RunMetrics, candidate: RunMetrics, settings: Settings) -> Comparison:
   """Compares one candidate run with the baseline; never raises on divergence, gaps or mismatched lengths."""
   common = np.intersect1d(baseline.steps, candidate.steps)
@@ -210,6 +248,7 @@ def compare(baseline: RunMetrics, candidate: RunMetrics, settings: Settings) -> 
   eval_step, eval_gap, eval_base = _final_eval_gap(baseline, candidate)
   if first_bad is not None and eval_step is not None and eval_step >= first_bad:
     eval_step, eval_gap, eval_base = None, None, None  # an eval after a divergence compares broken weights
+  ci, batches, ci_missing = paired_eval_gap(baseline, candidate, eval_step)
   status = _status(base_bad, cand_bad, len(common))
   gap = loss_gap(baseline, candidate, usable, settings)
   step0 = step0_agreement(baseline, candidate, settings.step0_tolerance)
@@ -230,8 +269,11 @@ def compare(baseline: RunMetrics, candidate: RunMetrics, settings: Settings) -> 
       final_eval_gap_nats=eval_gap,
       final_eval_baseline_loss=eval_base,
       final_eval_gap_rel=eval_gap / eval_base if eval_gap is not None and eval_base else None,
+      eval_gap_ci95=list(ci) if ci else None,
+      eval_gap_batches=batches or None,
+      eval_gap_ci_missing=ci_missing,
       verdict=verdict.verdict(
           status=status, first_bad_step=first_bad, step0=step0, gap=gap, eval_step=eval_step, eval_gap=eval_gap,
-          eval_base=eval_base, candidate=cand_sum, settings=settings,
+          eval_base=eval_base, eval_ci=ci, eval_ci_missing=ci_missing, candidate=cand_sum, settings=settings,
       ),  # fmt: skip
   )

@@ -7,7 +7,10 @@ with `eval_interval > 0` loses the training lines written before the first eval.
 `<run_dir>/tensorboard/` carry the same scalars. When both exist, the source with more training steps wins
 (the JSONL on a tie), and the choice is recorded in the report.
 
-Training records are the ones with `learning/loss`; eval records (`eval/...`) are kept separately.
+Training records are the ones with `learning/loss`; eval records (`eval/...`) are kept separately. The running eval
+records (one per eval batch: the running mean loss and token count so far) give each batch's own mean loss, from which
+the comparison builds paired intervals (MaxText.compare.analysis.paired_eval_gap). Only the JSONL has them (maxtext
+does not write running evals to TensorBoard), and only for the last eval pass (the truncation above).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ LR_KEY = "learning/current_learning_rate"
 #: The final eval record of an eval pass has `eval/total_loss`; the running ones (per eval step) do not.
 EVAL_LOSS_KEY = "eval/avg_loss"
 EVAL_FINAL_MARKER = "eval/total_loss"
+EVAL_WEIGHTS_KEY = "eval/total_weights"
 TRAIN_KEYS = (LOSS_KEY, STEP_TIME_KEY, TFLOPS_KEY, TOKENS_KEY, LR_KEY)
 #: File names a metrics_file gets in this project's scripts, tried first when a run dir holds several *.jsonl.
 PREFERRED_JSONL_NAMES = ("metrics.jsonl", "metrics.txt")
@@ -58,6 +62,9 @@ class RunMetrics:
   eval_steps: np.ndarray  # int64, train steps after which a complete eval pass was logged
   eval_loss: np.ndarray
   skipped_lines: int = 0  # unparsable JSONL lines (e.g. a line cut by a killed run)
+  #: Per eval batch (mean loss in nats, tokens) of the eval passes whose running records the JSONL holds, by the
+  #: train step the pass followed: {step: ((loss, tokens), ...)}.
+  eval_batches: dict[int, tuple[tuple[float, float], ...]] = dataclasses.field(default_factory=dict)
   #: nvfp4/ quantization statistics (nvfp4_stats_interval) by statistics step: {step: {metric name: value}}.
   quant_stats: dict[int, dict[str, float]] = dataclasses.field(default_factory=dict)
   info: RunInfo = RunInfo()  # backend, config and machine load, from the files next to the metrics
@@ -78,8 +85,22 @@ def _as_float(value) -> float:
     return math.nan
 
 
+def batches_from_running(running: list[tuple[float, float]]) -> tuple[tuple[float, float], ...]:
+  """Each eval batch's (mean loss, tokens) from maxtext's running records (running mean loss, running token count):
+  the batch's loss sum is the difference of running sums (mean x tokens). maxtext divides by tokens + 1e-8, which
+  moves a batch's loss by less than 1e-8 / tokens relative."""
+  batches, prev_sum, prev_tokens = [], 0.0, 0.0
+  for mean, tokens in running:
+    loss_sum = mean * tokens
+    added = tokens - prev_tokens
+    batches.append(((loss_sum - prev_sum) / added if added > 0 else math.nan, added))
+    prev_sum, prev_tokens = loss_sum, tokens
+  return tuple(batches)
+
+
 def _from_records(
-    name, source, path, train: dict[int, dict], evals: dict[int, float], skipped=0, info=RunInfo()
+    name, source, path, train: dict[int, dict], evals: dict[int, float], skipped=0, info=RunInfo(),
+    eval_batches: dict[int, tuple[tuple[float, float], ...]] | None = None,
 ) -> RunMetrics:
   """Builds the arrays; when a step was logged twice (a resumed run appends), the last record wins."""
   steps = np.array(sorted(train), dtype=np.int64)
@@ -99,6 +120,7 @@ def _from_records(
       eval_loss=np.array([evals[s] for s in eval_steps], dtype=np.float64),
       skipped_lines=skipped,
       info=info,
+      eval_batches=dict(eval_batches or {}),
       quant_stats={int(s): stats for s in steps if (stats := {k: _as_float(v) for k, v in train[s].items()
                                                           if k.startswith(QUANT_STATS_PREFIX)})},
   )
@@ -114,6 +136,8 @@ def read_jsonl(path: str | Path, name: str | None = None) -> RunMetrics:
   path = Path(path)
   train: dict[int, dict] = {}
   evals: dict[int, float] = {}
+  batches: dict[int, tuple[tuple[float, float], ...]] = {}
+  running: list[tuple[float, float]] = []  # the current eval pass's running records, in order
   skipped = 0
   run_name = None
   with path.open(encoding="utf-8") as f:
@@ -131,8 +155,16 @@ def read_jsonl(path: str | Path, name: str | None = None) -> RunMetrics:
         train[step] = record
       elif EVAL_FINAL_MARKER in record and EVAL_LOSS_KEY in record:
         evals[step] = _as_float(record[EVAL_LOSS_KEY])
+        if running:
+          batches[step] = batches_from_running(running)
+        running = []
+      elif EVAL_LOSS_KEY in record and EVAL_WEIGHTS_KEY in record:  # a running record: step = the eval batch index
+        running = running if step == len(running) else []  # a pass starts at batch 0
+        if step == len(running):
+          running.append((_as_float(record[EVAL_LOSS_KEY]), _as_float(record[EVAL_WEIGHTS_KEY])))
   info = read_info(path.parent)
-  return _from_records(name or run_name or path.stem, MetricsSource.JSONL, path, train, evals, skipped, info)
+  return _from_records(name or run_name or path.stem, MetricsSource.JSONL, path, train, evals, skipped, info,
+                       batches)
 
 
 def _iter_tfrecords(path: Path):
@@ -246,6 +278,8 @@ def load_run(path: str | Path, name: str | None = None) -> RunMetrics:
           f"TensorBoard {TB_GLOB} files below it"
       )
     run = max(options, key=lambda r: len(r.steps))  # max() keeps the first (the JSONL) on a tie
+    if jsonl is not None and not run.eval_batches:  # the per-batch eval losses exist only in the JSONL
+      run = dataclasses.replace(run, eval_batches=options[0].eval_batches)
   else:
     raise ValueError(f"{str(path)!r} does not exist; pass a run dir (<base_output_directory>/<run_name>) or a .jsonl")
   if len(run.steps) == 0:

@@ -113,6 +113,10 @@ def loss_figure(runs: Sequence[RunMetrics], report: Report) -> Figure:
     if len(e_steps):
       ax_gap.plot(e_steps, e_gap, color=st["color"], marker=st["marker"], markersize=8, linestyle="none",
                   markeredgecolor="black", label=f"{run.name} eval")  # fmt: skip
+    if c.eval_gap_ci95 is not None and c.final_eval_step is not None:  # the paired 95% interval at the last eval
+      lo, hi = c.eval_gap_ci95
+      ax_gap.errorbar([c.final_eval_step], [c.final_eval_gap_nats], yerr=[[c.final_eval_gap_nats - lo],
+                      [hi - c.final_eval_gap_nats]], color=st["color"], capsize=5, linewidth=1.5)  # fmt: skip
     ax_raw.plot(steps, gap, color=st["color"], linewidth=0.7, alpha=0.7, label=run.name)
     if c.loss_gap is not None:
       g = c.loss_gap
@@ -124,8 +128,8 @@ def loss_figure(runs: Sequence[RunMetrics], report: Report) -> Figure:
     for ax in (ax_gap, ax_raw):
       ax.axvline(start, color="0.4", linestyle="--", linewidth=0.8)
   ax_gap.set_ylabel(f"loss - {base.name} (nats)")
-  ax_gap.set_title(f"gap to {base.name}: training (trailing mean over {smooth} steps), eval (markers); "
-                   "dashed: window start", fontsize=10)  # fmt: skip
+  ax_gap.set_title(f"gap to {base.name}: training (trailing mean over {smooth} steps), eval (markers, last with "
+                   "its paired 95% interval); dashed: window start", fontsize=10)  # fmt: skip
   ax_raw.set_ylabel("nats, per step")
   ax_raw.set_title(f"raw training gap to {base.name}, one point per step (no smoothing)", fontsize=10)
   _plot_losses(ax_loss, base, candidates, smooth)

@@ -67,9 +67,9 @@ def loss_table(report: Report) -> str:
   """One row per run: the eval-loss gap at the last common eval beside the training gaps, step-0 diff, verdict."""
   by_candidate = {c.candidate: c for c in report.comparisons}
   header = (
-      "| run | status | steps | eval gap (nats) | eval gap (%) | at step | final train gap (nats) | mean train gap "
-      "| max train gap (step) | step-0 diff | verdict |\n"
-      "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n"
+      "| run | status | steps | eval gap (nats) | 95% interval (batches) | eval gap (%) | at step "
+      "| final train gap (nats) | mean train gap | max train gap (step) | step-0 diff | verdict |\n"
+      "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n"
   )
   rows = []
   for run in _baseline_first(report):
@@ -78,7 +78,7 @@ def loss_table(report: Report) -> str:
       status = "baseline" + (f", diverged at step {run.first_nonfinite_step}" if run.diverged else "")
       evals = {x.final_eval_baseline_loss for x in report.comparisons if x.final_eval_baseline_loss is not None}
       eval_note = f"eval loss {min(evals):.3f}" if len(evals) == 1 else "—"
-      rows.append([run.name, status, str(run.num_steps), eval_note] + ["—"] * 7)
+      rows.append([run.name, status, str(run.num_steps), eval_note] + ["—"] * 8)
       continue
     gap = c.loss_gap
     step0 = "n/a" if c.step0.abs_diff is None else f"{c.step0.abs_diff:.4f}"
@@ -86,15 +86,33 @@ def loss_table(report: Report) -> str:
     rel = None if c.final_eval_gap_rel is None else 100 * c.final_eval_gap_rel
     max_gap = "n/a" if gap is None else f"{gap.max_nats:+.4f} ({gap.max_step})"
     rows.append([run.name, _status_note(c), str(c.common_steps), _fmt(c.final_eval_gap_nats, "+.4f"),
-                 _fmt(rel, "+.2f"), _fmt(c.final_eval_step, "d"), _fmt(gap and gap.final_smoothed_nats, "+.4f"),
+                 _interval_note(c), _fmt(rel, "+.2f"), _fmt(c.final_eval_step, "d"), _fmt(gap and gap.final_smoothed_nats, "+.4f"),
                  _fmt(gap and gap.mean_nats, "+.4f"), max_gap, step0, f"**{c.verdict.level.value}**"])
   return _markdown_table(header, rows)
+
+
+def _interval_note(c: Comparison) -> str:
+  """The eval gap's 95% interval and how many batches it pairs, or "—" (the reason is in the verdict)."""
+  if c.eval_gap_ci95 is None:
+    return "—"
+  lo, hi = c.eval_gap_ci95
+  return f"[{lo:+.4f}, {hi:+.4f}] ({c.eval_gap_batches})"
 
 
 def _gemm_note(run: RunSummary) -> str:
   if run.nvfp4_gemms is None:
     return "—"
   return f"{run.nvfp4_gemms} ({run.backend})" if run.nvfp4_gemms else "0"
+
+
+def _quantization_note(run: RunSummary) -> str:
+  """maxtext's `quantization`, said plainly where it misleads: an NVFP4 mode whose plan runs no GEMM in NVFP4 (the
+  quickstart's baseline, te_nvfp4 with nvfp4_mlp_precision=bf16) is a BF16 run."""
+  if run.quantization is None:
+    return "n/a"
+  if run.nvfp4_gemms == 0 and run.quantization.startswith("te_nvfp4"):
+    return f"bf16 ({run.quantization} with no GEMM in NVFP4)"
+  return run.quantization or "none"
 
 
 def any_emulated(report: Report) -> bool:
@@ -116,7 +134,7 @@ def speed_table(report: Report) -> str:
     cost = "1.00" if c is None else _fmt(c.step_time_ratio and 1 / c.step_time_ratio, ".2f")
     speedup = "—" if c is None else ("withheld" if c.speedup_withheld else _fmt(c.speedup, ".2f"))
     load = "n/a" if run.machine is None else _fmt(run.machine.other_cores, ".2f")
-    quant = "n/a" if run.quantization is None else (run.quantization or "none")
+    quant = _quantization_note(run)
     rows.append([run.name, quant, _gemm_note(run), _fmt(run.median_step_time_s, ".4f"),
                  _fmt(run.step_time_p90_over_p50, ".2f"), _fmt(run.median_tflops_per_sec_per_device, ".3f"),
                  _fmt(run.median_tokens_per_sec_per_device, ".1f"), cost, speedup, load])

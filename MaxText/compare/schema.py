@@ -48,10 +48,11 @@ class Status(str, enum.Enum):
 class VerdictLevel(str, enum.Enum):
   """The one-word verdict on a candidate (thresholds in Settings)."""
 
-  OK = "ok"  # |relative gap| <= band_rel
+  OK = "ok"  # |relative gap| <= band_rel (with an interval: all of it inside the band)
   DRIFTING = "drifting"  # band_rel < relative gap <= drift_rel
   OFF = "off"  # relative gap > drift_rel
   BETTER = "better"  # relative gap < -band_rel: lower loss than the baseline by more than the band (suspect)
+  INCONCLUSIVE = "inconclusive"  # the eval gap's 95% interval reaches both inside and outside the band
   DIVERGED = "diverged"  # a non-finite loss in the candidate or the baseline
   NOT_COMPARABLE = "not_comparable"  # step-0 losses differ: different initial weights or data
   NO_DATA = "no_data"  # no aligned steps, or no loss to judge
@@ -174,6 +175,10 @@ class Comparison(_Model):
   final_eval_gap_nats: float | None
   final_eval_baseline_loss: float | None = None
   final_eval_gap_rel: float | None = Field(None, description="final_eval_gap_nats / final_eval_baseline_loss")
+  eval_gap_ci95: list[float] | None = Field(
+      None, description="95% interval [lo, hi] of final_eval_gap_nats from the paired per-batch eval losses (nats)")
+  eval_gap_batches: int | None = Field(None, description="eval batches the interval pairs")
+  eval_gap_ci_missing: str | None = Field(None, description="why eval_gap_ci95 is null")
   verdict: Verdict
 
 

@@ -61,8 +61,15 @@ def verdict(
     eval_base: float | None,
     candidate: RunSummary,
     settings: Settings,
+    eval_ci: tuple[float, float] | None = None,
+    eval_ci_missing: str | None = None,
 ) -> Verdict:
-  """Judges one candidate: divergence and step-0 disagreement first, then the relative loss gap."""
+  """Judges one candidate: divergence and step-0 disagreement first, then the relative loss gap.
+
+  With the eval gap's 95% interval (`eval_ci`, nats; MaxText.compare.analysis.paired_eval_gap) the verdict is "ok"
+  only when all of it lies inside the band, drifting/off (by the gap itself) when all of it lies above, "inconclusive"
+  when it reaches both inside and outside; without one, the gap alone decides and the text says why there is none.
+  """
   nvfp4 = is_nvfp4(candidate)
   if status in (Status.CANDIDATE_DIVERGED, Status.BOTH_DIVERGED):
     hint = f"; try `{BF16_LAST_LAYERS_KEY}=N` or a lower learning rate" if nvfp4 else ""
@@ -77,17 +84,36 @@ def verdict(
         "not start from the same weights or data; give the baseline a quant object (README, Comparing runs)"
     )
     return Verdict(level=VerdictLevel.NOT_COMPARABLE, basis="none", rel_gap=None, text=text)
+  interval = None
   if eval_gap is not None and eval_base:
     rel, basis = eval_gap / eval_base, "eval"
     what = f"eval loss {eval_gap:+.3f} nats ({100 * rel:+.2f}%) at step {eval_step}"
+    if eval_ci is not None:
+      interval = (eval_ci[0] / eval_base, eval_ci[1] / eval_base)
+      what += f", 95% interval [{eval_ci[0]:+.3f}, {eval_ci[1]:+.3f}]"
+    elif eval_ci_missing:
+      what += f" (no interval: {eval_ci_missing})"
   elif gap is not None and gap.baseline_final_smoothed_loss:
     rel, basis = gap.final_smoothed_nats / gap.baseline_final_smoothed_loss, "train"
     what = f"smoothed final training loss {gap.final_smoothed_nats:+.3f} nats ({100 * rel:+.2f}%; no common eval)"
   else:
     return Verdict(level=VerdictLevel.NO_DATA, basis="none", rel_gap=None, text="no verdict: no gap to judge")
   level = _judge(rel, settings)
+  if interval is not None:
+    lo, hi = interval
+    if -settings.band_rel <= lo and hi <= settings.band_rel:
+      level = VerdictLevel.OK
+    elif lo > settings.band_rel or hi < -settings.band_rel:
+      level = _judge(rel, settings)  # all of the interval on one side: the gap itself says how far
+    else:
+      level = VerdictLevel.INCONCLUSIVE
   band, drift = f"{100 * settings.band_rel:g}%", f"{100 * settings.drift_rel:g}%"
-  if level is VerdictLevel.OK:
+  if level is VerdictLevel.INCONCLUSIVE:
+    text = (
+        f"inconclusive: {what}: the interval reaches both inside and outside the +-{band} band; more eval batches "
+        "(eval_steps), more seeds or a longer run would resolve it"
+    )
+  elif level is VerdictLevel.OK:
     text = f"ok: {what}, within the {band} band NVIDIA's NVFP4 paper reports against FP8"
   elif level is VerdictLevel.BETTER:
     text = (

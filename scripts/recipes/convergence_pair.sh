@@ -7,12 +7,15 @@
 # 10,000 steps. Cannot run without NVIDIA Blackwell GPUs, TransformerEngine and a prepared C4 TFDS dir.
 #
 # Usage: scripts/recipes/convergence_pair.sh --data-dir DIR [--model llama3_8b|llama3.1_405b] [--steps N]
-#          [--out DIR] [--smooth N] [--nsys] [--dry-run] [--force] [-- key=value ...]
+#          [--out DIR] [--smooth N] [--eval-batches N] [--nsys] [--dry-run] [--force] [-- key=value ...]
 #   --data-dir   TFDS data_dir holding c4/en/3.0.1 (maxtext's dataset_path)
 #   --model      recipe pair configs/recipes/<model>_{fp8,te_nvfp4}.yml (default llama3_8b)
 #   --steps      training steps per run (default 10000)
 #   --out        base_output_directory (default results/recipes/<model>_convergence)
 #   --smooth     steps in the comparison's trailing means (default 100)
+#   --eval-batches  held-out C4 batches per eval (maxtext's eval_steps, default 40), every steps/10 steps
+#                (eval_interval); the same batches in both runs, so the report's eval gap gets a paired 95%
+#                interval. `-- eval_interval=... eval_steps=...` replace these.
 #   --nsys       also profile 5 steps (from step 100, or 1 for runs <= 110 steps) under Nsight Systems
 #   --dry-run    print the commands instead of running them
 #   --force      run even where the GPU check fails (no Blackwell GPU found): a warning instead of a refusal
@@ -25,10 +28,12 @@ source "$(dirname "${BASH_SOURCE[0]}")/_common.sh"
 steps=10000
 data_dir=""
 smooth=100
+eval_batches=40
 script_option() {
   case "$1" in
     --data-dir) data_dir="${2:?--data-dir needs a value}"; taken=2 ;;
     --smooth) smooth="${2:?--smooth needs a value}"; taken=2 ;;
+    --eval-batches) eval_batches="${2:?--eval-batches needs a value}"; taken=2 ;;
   esac
 }
 parse_args "$@"
@@ -36,15 +41,19 @@ check_model "$model"
 check_hardware
 check_positive_int --steps "$steps"
 check_positive_int --smooth "$smooth"
+check_positive_int --eval-batches "$eval_batches"
 [[ -n "$data_dir" ]] || die "--data-dir is required: the TFDS data_dir that holds c4/en/3.0.1"
 # Absolute before the cd below: a relative --out means relative to where the script was called from.
 out="$(realpath -m "${out:-$REPO_ROOT/results/recipes/${model}_convergence}")"
 tokenizer="$(maxtext_tokenizer tokenizer_llama3.tiktoken)"
 profile_start=$(( steps > 110 ? 100 : 1 ))  # past warm-up when the run is long enough
+evals=()  # maxtext refuses a key given twice: the user's own eval keys replace these
+[[ " ${extra[*]-} " == *" eval_interval="* ]] || evals+=("eval_interval=$(( steps >= 10 ? steps / 10 : 1 ))")
+[[ " ${extra[*]-} " == *" eval_steps="* ]] || evals+=("eval_steps=$eval_batches")
 
 cd "$REPO_ROOT"
 for quant in "$BASELINE_QUANT" "$CANDIDATE_QUANT"; do
   train_run "$model" "$quant" "$out" "$nsys" "$profile_start" "steps=$steps" "dataset_path=$data_dir" \
-    "tokenizer_path=$tokenizer" ${extra[@]+"${extra[@]}"}
+    "tokenizer_path=$tokenizer" ${evals[@]+"${evals[@]}"} ${extra[@]+"${extra[@]}"}
 done
 compare_runs "$out" --smooth "$smooth"

@@ -115,6 +115,18 @@ def test_emulated_nvfp4_claims_no_speedup(tmp_path):
   assert "No speedup is claimed" in markdown_report(report)
 
 
+def test_a_bf16_baseline_built_as_te_nvfp4_is_called_bf16(tmp_path):
+  """The quickstart's baseline is te_nvfp4 with nvfp4_mlp_precision=bf16 (the same initial weights): its plan runs no
+  GEMM in NVFP4, and the speed table says so instead of printing te_nvfp4."""
+  base = _write_run(tmp_path, "bf16", plan=("emulated", 0))
+  cand = _write_run(tmp_path, "te_nvfp4", plan=("emulated", 3))
+  report = build_report([base, cand], "bf16", Settings())
+  runs = [r.model_copy(update={"quantization": "te_nvfp4"}) for r in report.runs]
+  table = speed_table(report.model_copy(update={"runs": runs}))
+  assert "| bf16 | bf16 (te_nvfp4 with no GEMM in NVFP4) | 0 |" in table
+  assert "| te_nvfp4 | te_nvfp4 | 3 (emulated) |" in table
+
+
 def test_te_backend_on_a_quiet_machine_claims_the_speedup(tmp_path):
   base = _write_run(tmp_path, "fp8", step_time=2.0, machine=_machine(0.05))
   cand = _write_run(tmp_path, "te_nvfp4", plan=("te", 3), step_time=1.0, machine=_machine(0.05))
@@ -159,7 +171,7 @@ def test_loss_table_puts_the_eval_gap_beside_the_training_gaps(tmp_path):
   runs = [_write_run(tmp_path, "bf16"), _write_run(tmp_path, "te_nvfp4", loss_offset=-0.002, eval_gap=0.1)]
   table = loss_table(build_report(runs, "bf16", Settings(smooth=5)))
   row = next(line for line in table.splitlines() if line.startswith("| te_nvfp4 "))
-  assert row.startswith("| te_nvfp4 | ok | 40 | +0.1000 | +2.00 | 39 | -0.0020 | -0.0020 |")
+  assert row.startswith("| te_nvfp4 | ok | 40 | +0.1000 | — | +2.00 | 39 | -0.0020 | -0.0020 |")  # no per-batch evals
   assert row.endswith("| **drifting** |")
   assert "eval loss 5.000" in next(line for line in table.splitlines() if line.startswith("| bf16 "))
 
