@@ -97,3 +97,13 @@ def test_the_plugin_adds_at_most_5_percent_to_te_in_the_llama3_8b_layer(te, blac
   assert step["te_bytes"] > 0
   assert step["added_bytes_fraction"] <= 0.05, step["added_bytes_fraction"]
   assert step["te_quantize_calls"]["recomputed"] == 0 and step["te_quantize_calls"]["backward"] == 3
+
+
+def test_the_audit_refuses_a_config_that_is_not_nvfp4_on_te(te):
+  del te
+  env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+  proc = subprocess.run([sys.executable, "scripts/audit_overhead.py", "--config", str(TINY_YML.relative_to(REPO_ROOT)),
+                         "quantization=fp8"], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300,
+                        check=False)
+  assert proc.returncode == 2, proc.stderr[-2000:]
+  assert "the audit needs an NVFP4 config on TE" in _last_line(proc.stderr)
