@@ -92,7 +92,7 @@ def loss_figure(runs: Sequence[RunMetrics], report: Report) -> Figure:
   base = by_name[report.baseline]
   smooth = report.settings.smooth
   comparisons = {c.candidate: c for c in report.comparisons}
-  candidates = [r for r in runs if r.name != base.name]
+  candidates = [r for r in runs if r.name in comparisons]  # a seed group's other baseline runs are baselines
   fig = Figure(figsize=(10, 11), dpi=_DPI)
   ax_gap, ax_raw, ax_loss = fig.subplots(3, 1, sharex=True, gridspec_kw={"height_ratios": [4, 3, 3]})
   b_steps, level, what = _band_level(base, smooth)
@@ -103,11 +103,12 @@ def loss_figure(runs: Sequence[RunMetrics], report: Report) -> Figure:
     ax.axhline(0.0, color="black", linewidth=0.8)
   for i, run in enumerate(candidates):
     st, c = _style(i), comparisons[run.name]
-    steps, gap = _aligned_gap(base, run, c.first_bad_step)
+    pair_base = by_name[c.baseline]  # the baseline run of the candidate's seed (MaxText.compare.seeds)
+    steps, gap = _aligned_gap(pair_base, run, c.first_bad_step)
     label = f"{run.name} training" + (f" (mean {c.loss_gap.mean_nats:+.3f})" if c.loss_gap else "")
     ax_gap.plot(steps, trailing_mean(gap, smooth), color=st["color"], linestyle=st["linestyle"], linewidth=1.8,
                 label=label)  # fmt: skip
-    e_steps, _, e_gap = analysis.eval_gaps(base, run)
+    e_steps, _, e_gap = analysis.eval_gaps(pair_base, run)
     if c.first_bad_step is not None:
       e_gap = np.where(e_steps < c.first_bad_step, e_gap, np.nan)
     if len(e_steps):

@@ -9,10 +9,11 @@ README, so a number quoted anywhere can be traced to one generator.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from pathlib import Path
 
-from MaxText.compare import analysis, plots, quantstats
+from MaxText.compare import analysis, plots, quantstats, seeds
 from MaxText.compare.metrics import RunMetrics
 from MaxText.compare.schema import Comparison, Report, RunSummary, Settings
 
@@ -34,13 +35,21 @@ def build_report(runs: Sequence[RunMetrics], baseline: str, settings: Settings) 
     raise ValueError(f"several runs are named {duplicates}; name them explicitly with NAME=PATH arguments")
   if baseline not in names:
     raise ValueError(f"--baseline {baseline!r} is not one of the runs {names}; pass one of those names")
-  base = runs[names.index(baseline)]
+  by_name = dict(zip(names, runs))
+  base_group = seeds.split_name(baseline)[0]
+  baseline_runs = [r for r in runs if r.name == baseline or (seeds.split_name(r.name)[1] is not None
+                                                             and seeds.split_name(r.name)[0] == base_group)]
+  comparisons = [analysis.compare(by_name[seeds.baseline_for(r.name, baseline, names)], r, settings)
+                 for r in runs if r not in baseline_runs]
+  baseline_eval = {r.name: (float(r.eval_loss[-1]) if len(r.eval_loss) and math.isfinite(r.eval_loss[-1]) else None)
+                   for r in baseline_runs}
   return Report(
       baseline=baseline,
       settings=settings,
       runs=[analysis.summarize_run(r, settings) for r in runs],
-      comparisons=[analysis.compare(base, r, settings) for r in runs if r.name != baseline],
+      comparisons=comparisons,
       quant_stats=[q for r in runs if (q := quantstats.summarize(r)) is not None],
+      seed_groups=seeds.groups(comparisons, baseline_eval, baseline),
   )
 
 
@@ -89,6 +98,25 @@ def loss_table(report: Report) -> str:
                  _interval_note(c), _fmt(rel, "+.2f"), _fmt(c.final_eval_step, "d"), _fmt(gap and gap.final_smoothed_nats, "+.4f"),
                  _fmt(gap and gap.mean_nats, "+.4f"), max_gap, step0, f"**{c.verdict.level.value}**"])
   return _markdown_table(header, rows)
+
+
+def seed_lines(report: Report) -> list[str]:
+  """The "Across seeds" section: per seed group, the mean paired eval gap, its spread and interval, and the noise
+  floor; [] when no run is named NAME@SEED."""
+  if not report.seed_groups:
+    return []
+  header = ("| group | paired runs | mean eval gap (nats) | sd across seeds | 95% interval | baseline noise sd | "
+            "notes |\n|---|---:|---:|---:|---:|---:|---|\n")
+  rows = []
+  for g in report.seed_groups:
+    ci = "—" if g.ci95 is None else f"[{g.ci95[0]:+.4f}, {g.ci95[1]:+.4f}]"
+    notes = "; ".join([*([g.note] if g.note else []), *(f"unpaired: {u}" for u in g.unpaired)]) or "—"
+    rows.append([g.group, str(len(g.eval_gaps_nats)), _fmt(g.mean_eval_gap_nats, "+.4f"), _fmt(g.sd_nats, ".4f"), ci,
+                 _fmt(g.baseline_noise_sd_nats, ".4f"), notes])
+  return ["## Across seeds", "", _markdown_table(header, rows),
+          f"- Runs named NAME@SEED form group NAME; each is paired with `{seeds.split_name(report.baseline)[0]}@SEED` "
+          "(same weights and data order). The interval is Student's t over seeds; the baseline noise sd is the "
+          "baseline's own seed-to-seed spread of final eval losses: a gap below it is not told apart from a seed.", ""]
 
 
 def _interval_note(c: Comparison) -> str:
@@ -242,6 +270,7 @@ def markdown_report(report: Report) -> str:
       f"- Step-0 diff: absolute loss difference at step 0; (!) marks a difference above {s.step0_tolerance} nats, i.e. "
       "different initial weights or data (any maxtext quantization object changes the initialization).",
       "",
+      *seed_lines(report),
       "## Step time",
       "",
       speed_table(report),

@@ -206,6 +206,23 @@ class QuantStatsSummary(_Model):
   try_key: str | None = Field(description="the override that runs the worst layer's MLP GEMMs in BF16")
 
 
+class SeedGroup(_Model):
+  """Runs of one precision over several seeds (named NAME@SEED), each paired with the baseline's run of its seed."""
+
+  group: str
+  runs: list[str]
+  paired_with: list[str] = Field(description="the baseline run each paired run was compared with, in order")
+  eval_gaps_nats: list[float] = Field(description="final eval gap of each paired run to its baseline run")
+  mean_eval_gap_nats: float | None
+  sd_nats: float | None = Field(description="sample standard deviation of the gaps across seeds; null for one run")
+  ci95: list[float] | None = Field(description="95% t-interval of the mean gap across seeds; null for one run")
+  baseline_noise_sd_nats: float | None = Field(
+      description="the baseline group's own seed-to-seed standard deviation of final eval losses (noise floor)")
+  baseline_runs: int
+  unpaired: list[str] = Field(description="runs without an eval in common with their baseline run, and why")
+  note: str | None = None
+
+
 class Report(_Model):
   """report.json."""
 
@@ -216,3 +233,4 @@ class Report(_Model):
   comparisons: list[Comparison]
   quant_stats: list[QuantStatsSummary] = Field(
       [], description="runs that logged NVFP4 quantization statistics: where NVFP4 loses most")
+  seed_groups: list[SeedGroup] = Field([], description="precisions run over several seeds (runs named NAME@SEED)")
