@@ -4,9 +4,12 @@ PY := .venv/bin/python
 GPU_VENV := .venv-gpu
 QUICKSTART_DIR := results/quickstart
 QUICKSTART_ARGS :=
+STUDY_DIR := results/study
+STUDY_ARGS :=
+DEVICE := cpu
 
 .DEFAULT_GOAL := help
-.PHONY: help setup test test-cpu test-fast test-te quickstart
+.PHONY: help setup test test-cpu test-fast test-te quickstart study
 
 help: ## List the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-11s %s\n", $$1, $$2}'
@@ -31,3 +34,10 @@ test-te: ## Build .venv-gpu (./setup.sh --gpu; ~25 min once) and lower the TE ba
 
 quickstart: setup ## bf16/fp8/te_nvfp4/te_nvfp4_no_rht on the local corpus (10 min idle, 50 min busy; 2 CPU cores), compared in results/quickstart/
 	$(PY) scripts/quickstart.py --out $(QUICKSTART_DIR) $(QUICKSTART_ARGS)
+
+# DEVICE=gpu trains in .venv-gpu (built by ./setup.sh --gpu), on configs/study_gpu.yml.
+STUDY_PY := $(if $(filter gpu,$(DEVICE)),$(GPU_VENV)/bin/python,$(PY))
+
+study: ## The quickstart model in 6 precisions x 3 seeds, one report with intervals (DEVICE=gpu: larger, on a GPU), in results/study/
+	$(if $(filter gpu,$(DEVICE)),./setup.sh --gpu --venv $(GPU_VENV),./setup.sh)
+	$(STUDY_PY) scripts/quickstart.py --study --device $(DEVICE) --out $(STUDY_DIR) $(STUDY_ARGS)

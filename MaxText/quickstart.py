@@ -42,7 +42,12 @@ from MaxText.data import corpus
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = REPO_ROOT / "configs" / "quickstart.yml"
+#: `--device gpu`: the same study, larger (configs/study_gpu.yml chains to the quickstart's YAML).
+GPU_CONFIG = REPO_ROOT / "configs" / "study_gpu.yml"
 DEFAULT_OUT = Path("results/quickstart")
+STUDY_OUT = Path("results/study")
+#: `--study` without --seeds: three seeds per precision, the fewest that give a spread and a t-interval.
+STUDY_SEEDS = (0, 1, 2)
 DEFAULT_CORPUS = Path("results/corpus")
 BASELINE = "bf16"
 #: Progress lines per run: the mean training loss of the steps since the previous line, this many times.
@@ -60,6 +65,15 @@ class Precision:
   name: str
   overrides: tuple[str, ...]
   description: str
+  #: The late switch (nvfp4_bf16_forward_from_step) at this fraction of the run's steps; None: no switch.
+  forward_switch_at: float | None = None
+
+  def overrides_for(self, steps: int) -> tuple[str, ...]:
+    """`overrides`, plus the late switch's step for a run of `steps` steps (at least 1, before the last step)."""
+    if self.forward_switch_at is None:
+      return self.overrides
+    switch = min(max(1, round(self.forward_switch_at * steps)), steps - 1)
+    return (*self.overrides, f"nvfp4_bf16_forward_from_step={switch}")
 
 
 #: The NVFP4 runs log their per-GEMM quantization statistics every this many steps (compare draws the heatmaps).
@@ -84,6 +98,25 @@ PRECISIONS = (
     ),
 )
 PRECISION_NAMES = tuple(p.name for p in PRECISIONS)
+
+#: `make study` adds the two ways the NVFP4 recipe keeps some GEMMs in BF16 (NVFP4_SPEC.md, README "Edge layers").
+STUDY_PRECISIONS = PRECISIONS + (
+    Precision(
+        name="te_nvfp4_last_bf16",
+        overrides=("quantization=te_nvfp4", "nvfp4_bf16_last_layers=1", f"nvfp4_stats_interval={STATS_INTERVAL}"),
+        description="te_nvfp4 with the last decoder layer's MLP in BF16",
+    ),
+    Precision(
+        name="te_nvfp4_late_fwd",
+        overrides=("quantization=te_nvfp4", f"nvfp4_stats_interval={STATS_INTERVAL}"),
+        description="te_nvfp4 whose forward GEMMs switch to BF16 for the last 20% of the steps (dgrad, wgrad stay NVFP4)",
+        forward_switch_at=0.8,
+    ),
+)
+STUDY_NAMES = tuple(p.name for p in STUDY_PRECISIONS)
+
+#: Per `--device`: the maxtext keys that say where the runs train (configs/tiny.yml says hardware: cpu).
+DEVICE_OVERRIDES: dict[str, tuple[str, ...]] = {"cpu": (), "gpu": ("hardware=gpu",)}
 
 #: `--smoke`: the whole machinery in about a minute (two precisions, a few short steps, evals included so the
 #: TensorBoard fallback is exercised). Not a measurement.
@@ -110,7 +143,7 @@ def format_seconds(seconds: float) -> str:
 
 
 def corpus_is_built(corpus_dir: Path) -> bool:
-  """True when `corpus_dir` holds a corpus of this format version whose parquet files match their manifest hashes.
+  """True when `corpus_dir` holds a corpus of this format version whose files match their manifest hashes.
 
   Why hashes and not just existence: a build killed halfway, or a file edited by hand, must be rebuilt rather than
   silently train every precision on something else than the documented corpus.
@@ -121,7 +154,7 @@ def corpus_is_built(corpus_dir: Path) -> bool:
       return False
     return all(
         hashlib.sha256((corpus_dir / info["file"]).read_bytes()).hexdigest() == info["sha256"]
-        for info in manifest["splits"].values()
+        for info in [*manifest["splits"].values(), manifest["tokenizer"]]
     )
   except (OSError, ValueError, KeyError, TypeError, AttributeError):
     return False
@@ -173,11 +206,28 @@ class RunProgress:
       self.emit(f"  {self.name:<16} eval after step {match[1]}: loss {self.last_eval:.3f}")
 
 
-def _run_dir_overrides(precision: Precision, runs_dir: Path, jax_cache: Path) -> list[str]:
+@dataclasses.dataclass(frozen=True)
+class Run:
+  """One training run: a precision, and the seed of a study (None: the config's seeds, the run named as the
+  precision). A seeded run is named NAME@SEED, the form `python -m MaxText.compare` groups by precision and pairs
+  by seed; its data order and initial weights both come from that seed."""
+
+  precision: Precision
+  seed: int | None = None
+
+  @property
+  def name(self) -> str:
+    return self.precision.name if self.seed is None else f"{self.precision.name}@{self.seed}"
+
+  def seed_overrides(self) -> tuple[str, ...]:
+    return () if self.seed is None else (f"data_shuffle_seed={self.seed}", f"init_weights_seed={self.seed}")
+
+
+def _run_dir_overrides(name: str, runs_dir: Path, jax_cache: Path) -> list[str]:
   return [
-      f"run_name={precision.name}",
+      f"run_name={name}",
       f"base_output_directory={runs_dir}",
-      f"metrics_file={runs_dir / precision.name / 'metrics.jsonl'}",
+      f"metrics_file={runs_dir / name / 'metrics.jsonl'}",
       f"jax_cache_dir={jax_cache}",
   ]
 
@@ -189,7 +239,7 @@ def _not_overridden(overrides: Sequence[str], extra: Sequence[str]) -> list[str]
 
 
 def train(
-    precision: Precision,
+    run: Run,
     *,
     config: Path,
     runs_dir: Path,
@@ -198,6 +248,7 @@ def train(
     extra: Sequence[str],
     corpus_dir: Path,
     emit: Callable[[str], None],
+    device: str = "cpu",
 ) -> RunProgress:
   """Runs `python -m MaxText.train` for one precision, streaming its log into runs/<name>/train.log.
 
@@ -207,20 +258,20 @@ def train(
   Raises:
     QuickstartError: the run exited non-zero (its log tail has been printed).
   """
-  run_dir = runs_dir / precision.name
+  run_dir = runs_dir / run.name
   shutil.rmtree(run_dir, ignore_errors=True)
   run_dir.mkdir(parents=True)  # maxtext does not create metrics_file's folder
   cmd = [
       sys.executable, "-m", "MaxText.train", str(config),
-      *_run_dir_overrides(precision, runs_dir, jax_cache),
+      *_run_dir_overrides(run.name, runs_dir, jax_cache),
       f"steps={steps}",
       *corpus.corpus_overrides(corpus_dir),
-      *_not_overridden(precision.overrides, extra),
+      *_not_overridden((*run.precision.overrides_for(steps), *run.seed_overrides(), *DEVICE_OVERRIDES[device]), extra),
       *extra,
   ]  # fmt: skip
   env = dict(os.environ)
-  env.setdefault("JAX_PLATFORMS", "cpu")  # the quickstart measures the CPU (emulated) path unless told otherwise
-  progress = RunProgress(name=precision.name, total_steps=steps, emit=emit)
+  env.setdefault("JAX_PLATFORMS", device if device == "cpu" else "cuda")  # never a silent fall back to the CPU
+  progress = RunProgress(name=run.name, total_steps=steps, emit=emit)
   log_path = run_dir / "train.log"
   before, start = runinfo.machine_sample(), time.monotonic()
   with log_path.open("w", encoding="utf-8") as log:
@@ -239,17 +290,19 @@ def train(
   if proc.returncode != 0:
     for line in tail:
       emit(f"    | {line}")
-    raise QuickstartError(f"the {precision.name} run failed (exit {proc.returncode}); full log: {log_path}")
+    raise QuickstartError(f"the {run.name} run failed (exit {proc.returncode}); full log: {log_path}")
   return progress
 
 
-def compare(names: Sequence[str], runs_dir: Path, out_dir: Path, emit: Callable[[str], None]) -> None:
+def compare(
+    names: Sequence[str], runs_dir: Path, out_dir: Path, emit: Callable[[str], None], baseline: str = BASELINE
+) -> None:
   """Runs `python -m MaxText.compare` on the run dirs against the baseline, echoing its table.
 
   Raises:
     QuickstartError: the comparison exited non-zero.
   """
-  cmd = [sys.executable, "-m", "MaxText.compare", *(str(runs_dir / n) for n in names), "--baseline", BASELINE,
+  cmd = [sys.executable, "-m", "MaxText.compare", *(str(runs_dir / n) for n in names), "--baseline", baseline,
          "--out", str(out_dir)]  # fmt: skip
   emit("quickstart: python " + " ".join(_shown(arg) for arg in cmd[1:]))
   proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, check=False)
@@ -271,15 +324,26 @@ def _parse_args(argv: Iterable[str] | None) -> argparse.Namespace:
       description="Train the tiny Llama on the local corpus in bf16, fp8, te_nvfp4 and te_nvfp4_no_rht (CPU), "
       "then compare them with the bf16 baseline: report.md, report.json, loss.png, throughput.png.",
   )
-  parser.add_argument("--out", type=Path, default=DEFAULT_OUT,
-                      help=f"output dir (default: {DEFAULT_OUT}; with --smoke OUT{SMOKE_SUFFIX})")  # fmt: skip
+  parser.add_argument("--out", type=Path, default=None,
+                      help=f"output dir (default: {DEFAULT_OUT}, with --study {STUDY_OUT}; with --smoke "
+                      f"OUT{SMOKE_SUFFIX})")  # fmt: skip
   parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS, help=f"corpus dir, built if needed ({DEFAULT_CORPUS})")
-  parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="model/schedule YAML (configs/quickstart.yml)")
+  parser.add_argument("--config", type=Path, default=None,
+                      help="model/schedule YAML (default: configs/quickstart.yml; --device gpu: configs/study_gpu.yml)")
   parser.add_argument("--steps", type=int, default=None, help="training steps per run (default: the config's)")
   parser.add_argument(
-      "--precisions", nargs="+", choices=PRECISION_NAMES, default=None,
-      help=f"runs to train; {BASELINE} (the baseline) is always one (default: all four)",
+      "--precisions", nargs="+", choices=STUDY_NAMES, default=None,
+      help=f"runs to train; {BASELINE} (the baseline) is always one (default: the first four; --study: all six)",
   )  # fmt: skip
+  parser.add_argument("--study", action="store_true",
+                      help=f"`make study`: all six precisions, each over --seeds (default: "
+                      f"{' '.join(map(str, STUDY_SEEDS))}), runs named NAME@SEED, one report with the spread across "
+                      "seeds")  # fmt: skip
+  parser.add_argument("--seeds", nargs="+", type=int, default=None, metavar="SEED",
+                      help="train every precision once per seed (data_shuffle_seed = init_weights_seed = SEED)")
+  parser.add_argument("--device", choices=tuple(DEVICE_OVERRIDES), default="cpu",
+                      help="where the runs train: cpu (JAX_PLATFORMS=cpu) or gpu (JAX_PLATFORMS=cuda, hardware=gpu, "
+                      "the larger configs/study_gpu.yml; run from .venv-gpu)")  # fmt: skip
   parser.add_argument("--set", dest="overrides", nargs="+", default=[], metavar="KEY=VALUE",
                       help=f"maxtext overrides for the candidates only (every run but {BASELINE})")  # fmt: skip
   parser.add_argument("--set-baseline", dest="baseline_overrides", nargs="+", default=[], metavar="KEY=VALUE",
@@ -293,6 +357,32 @@ def _parse_args(argv: Iterable[str] | None) -> argparse.Namespace:
   return parser.parse_args(None if argv is None else list(argv))
 
 
+def planned_runs(args: argparse.Namespace) -> list[Run]:
+  """The runs to train, seed by seed (a study cut short still has whole seeds), the baseline first in each.
+
+  Raises:
+    QuickstartError: a seed given twice, or --seeds with --smoke.
+  """
+  seeds = args.seeds if args.seeds is not None else (STUDY_SEEDS if args.study else None)
+  if seeds is not None and len(set(seeds)) != len(seeds):
+    raise QuickstartError(f"--seeds {' '.join(map(str, seeds))} names a seed twice; each seed is one run per precision")
+  if seeds is not None and args.smoke:
+    raise QuickstartError("--smoke checks the machinery on one seed; drop --seeds/--study")
+  default = SMOKE_PRECISIONS if args.smoke else (STUDY_NAMES if args.study else PRECISION_NAMES)
+  wanted = set(args.precisions or default) | {BASELINE}
+  precisions = [p for p in STUDY_PRECISIONS if p.name in wanted]
+  if seeds is None:
+    return [Run(p) for p in precisions]
+  return [Run(p, seed) for seed in seeds for p in precisions]
+
+
+def config_path(args: argparse.Namespace) -> Path:
+  """--config, else the device's default YAML."""
+  if args.config is not None:
+    return args.config
+  return GPU_CONFIG if args.device == "gpu" else DEFAULT_CONFIG
+
+
 def run_overrides(precision: Precision, args: argparse.Namespace) -> list[str]:
   """The user's overrides for one run: --set-all, then --set (candidates) or --set-baseline (the baseline).
 
@@ -304,8 +394,10 @@ def run_overrides(precision: Precision, args: argparse.Namespace) -> list[str]:
 
 
 def output_dir(args: argparse.Namespace) -> Path:
-  """--out, or with --smoke `<out>-smoke`: a smoke check never replaces a full run's report."""
-  return args.out.with_name(args.out.name + SMOKE_SUFFIX) if args.smoke else args.out
+  """--out (default: results/quickstart, or results/study), or with --smoke `<out>-smoke`: a smoke check never
+  replaces a full run's report."""
+  out = args.out if args.out is not None else (STUDY_OUT if args.study else DEFAULT_OUT)
+  return out.with_name(out.name + SMOKE_SUFFIX) if args.smoke else out
 
 
 def clear_stale(out_dir: Path, keep: Sequence[str]) -> list[str]:
@@ -337,16 +429,16 @@ def main(argv: Iterable[str] | None = None, emit: Callable[[str], None] | None =
   emit = emit or (lambda text: print(text, flush=True))
   start = time.monotonic()
   try:
-    if not args.config.is_file():
-      raise QuickstartError(f"config {args.config} does not exist")
+    config = config_path(args)
+    if not config.is_file():
+      raise QuickstartError(f"config {config} does not exist")
     if args.steps is not None:
       steps = args.steps
     else:
-      steps = SMOKE_STEPS if args.smoke else _config_steps(args.config)
+      steps = SMOKE_STEPS if args.smoke else _config_steps(config)
     if steps < 1:
       raise QuickstartError(f"--steps must be >= 1, got {steps}")
-    wanted = set(args.precisions or (SMOKE_PRECISIONS if args.smoke else PRECISION_NAMES)) | {BASELINE}
-    precisions = [p for p in PRECISIONS if p.name in wanted]
+    runs = planned_runs(args)
   except QuickstartError as e:
     print(f"error: {e}", file=sys.stderr)
     return 2
@@ -359,29 +451,30 @@ def main(argv: Iterable[str] | None = None, emit: Callable[[str], None] | None =
       emit(f"quickstart: built the corpus in {args.corpus} ({format_seconds(time.monotonic() - start)})")
     out_dir = output_dir(args).resolve()  # the subprocesses run in the repository root
     runs_dir = out_dir / "runs"
-    stale = clear_stale(out_dir, [p.name for p in precisions])
+    stale = clear_stale(out_dir, [r.name for r in runs])
     if stale:
       emit(f"quickstart: removed run folders of an earlier run that this one does not retrain: {', '.join(stale)}")
-    emit(f"quickstart: {len(precisions)} runs of {steps} steps, one after the other, into {_shown(str(out_dir))}")
+    emit(f"quickstart: {len(runs)} runs of {steps} steps ({args.device}), one after the other, into "
+         f"{_shown(str(out_dir))}")
     durations: list[float] = []
-    for i, precision in enumerate(precisions, 1):
+    for i, run in enumerate(runs, 1):
       run_start = time.monotonic()
-      extra = [*(SMOKE_OVERRIDES if args.smoke else ()), *run_overrides(precision, args)]
+      extra = [*(SMOKE_OVERRIDES if args.smoke else ()), *run_overrides(run.precision, args)]
       shown = f" + {' '.join(extra)}" if extra else ""
-      emit(f"quickstart: [{i}/{len(precisions)}] {precision.name}: {precision.description}; {steps} steps{shown}")
+      emit(f"quickstart: [{i}/{len(runs)}] {run.name}: {run.precision.description}; {steps} steps{shown}")
       progress = train(
-          precision, config=args.config.resolve(), runs_dir=runs_dir, jax_cache=out_dir / "jax_cache",
-          steps=steps, extra=extra, corpus_dir=corpus_dir, emit=emit,
+          run, config=config.resolve(), runs_dir=runs_dir, jax_cache=out_dir / "jax_cache",
+          steps=steps, extra=extra, corpus_dir=corpus_dir, emit=emit, device=args.device,
       )  # fmt: skip
       durations.append(time.monotonic() - run_start)
-      left = len(precisions) - i
+      left = len(runs) - i
       eta = f"; about {format_seconds(left * sum(durations) / len(durations))} left for {left} more" if left else ""
       emit(
-          f"quickstart: [{i}/{len(precisions)}] {precision.name} finished in {format_seconds(durations[-1])}: "
+          f"quickstart: [{i}/{len(runs)}] {run.name} finished in {format_seconds(durations[-1])}: "
           f"last train loss {progress.last_loss:.3f}, last eval loss {progress.last_eval:.3f} "
           f"(elapsed {format_seconds(time.monotonic() - start)}{eta})"
       )
-    compare([p.name for p in precisions], runs_dir, out_dir, emit)
+    compare([r.name for r in runs], runs_dir, out_dir, emit, baseline=runs[0].name)
   except (QuickstartError, ValueError) as e:
     print(f"quickstart: error: {e}", file=sys.stderr)
     return 1

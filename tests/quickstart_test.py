@@ -114,6 +114,51 @@ def test_a_users_key_replaces_the_precisions_own():
   assert not_overridden(nvfp4.overrides, ["learning_rate=1e-3"]) == list(nvfp4.overrides)
 
 
+def test_study_is_six_precisions_over_three_seeds_named_for_compare():
+  """`make study`: every precision once per seed, seed by seed with the baseline first (compare's --baseline is the
+  first run), named NAME@SEED with both seeds set; results/study unless --out."""
+  args = quickstart._parse_args(["--study"])  # pylint: disable=protected-access
+  runs = quickstart.planned_runs(args)
+  assert [r.name for r in runs[:6]] == [f"{n}@0" for n in quickstart.STUDY_NAMES] and len(runs) == 18
+  assert runs[0].name == "bf16@0" and [r.name for r in runs[6:8]] == ["bf16@1", "fp8@1"]
+  assert runs[7].seed_overrides() == ("data_shuffle_seed=1", "init_weights_seed=1")
+  assert quickstart.output_dir(args) == quickstart.STUDY_OUT
+  assert quickstart.config_path(args) == quickstart.DEFAULT_CONFIG
+  plain = quickstart.planned_runs(quickstart._parse_args([]))  # pylint: disable=protected-access
+  assert [r.name for r in plain] == list(quickstart.PRECISION_NAMES) and plain[0].seed_overrides() == ()
+  seeded = quickstart._parse_args(["--seeds", "7", "--precisions", "te_nvfp4"])  # pylint: disable=protected-access
+  assert [r.name for r in quickstart.planned_runs(seeded)] == ["bf16@7", "te_nvfp4@7"]
+  gpu = quickstart._parse_args(["--study", "--device", "gpu"])  # pylint: disable=protected-access
+  assert quickstart.config_path(gpu) == quickstart.GPU_CONFIG and quickstart.DEVICE_OVERRIDES["gpu"] == ("hardware=gpu",)
+
+
+def test_late_switch_step_scales_with_the_run():
+  (late,) = [p for p in quickstart.STUDY_PRECISIONS if p.name == "te_nvfp4_late_fwd"]
+  assert late.overrides_for(451)[-1] == "nvfp4_bf16_forward_from_step=361"  # 80% of the steps
+  assert late.overrides_for(4)[-1] == "nvfp4_bf16_forward_from_step=3" and late.overrides_for(2)[-1].endswith("=1")
+  (plain,) = [p for p in quickstart.STUDY_PRECISIONS if p.name == "te_nvfp4"]
+  assert plain.overrides_for(451) == plain.overrides
+
+
+@pytest.mark.parametrize("precision", quickstart.STUDY_PRECISIONS, ids=lambda p: p.name)
+def test_every_study_precision_loads_with_the_quickstart_config(load_config, precision):
+  """Each precision's keys are real plugin/maxtext keys with valid values for the quickstart model (4 layers)."""
+  config = load_config(quickstart.DEFAULT_CONFIG, "vocab_size=1024", *precision.overrides_for(451))
+  assert config.steps == 451
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--seeds", "1", "1"], "names a seed twice"),
+        (["--study", "--smoke"], "--smoke checks the machinery on one seed"),
+    ],
+)
+def test_bad_study_arguments_exit_2(capsys, argv, message):
+  assert quickstart.main(argv) == 2
+  assert message in capsys.readouterr().err
+
+
 def test_smoke_writes_to_its_own_folder(tmp_path):
   parse = quickstart._parse_args  # pylint: disable=protected-access
   assert quickstart.output_dir(parse([])) == quickstart.DEFAULT_OUT
@@ -166,7 +211,7 @@ def test_smoke_run_writes_the_report(tmp_path):
   assert report.baseline == "bf16" and [r.name for r in report.runs] == ["bf16", "te_nvfp4"]
   # The NVFP4 run logged its quantization statistics (step 0 of 4 at interval 25): ranked, and drawn.
   (stats,) = report.quant_stats
-  assert (stats.run, stats.step, stats.statistics) == ("te_nvfp4", 0, 2 * 3 * 5 * 4) and stats.try_key
+  assert (stats.run, stats.step, stats.statistics) == ("te_nvfp4", 0, 4 * 3 * 5 * 4) and stats.try_key
   assert (out / stats.heatmap).stat().st_size > 0 and "## Where NVFP4 loses most" in (out / "report.md").read_text()
   # The runs evaluate, so maxtext truncated metrics.jsonl; every training step still comes from TensorBoard.
   assert all(r.source is MetricsSource.TENSORBOARD and r.num_steps == 4 for r in report.runs)

@@ -73,6 +73,8 @@ def test_precision_plan_file_and_table(runs, name, attention):
   assert {plan[m] for m in ("wi_0", "wi_1", "wo")} == {"nvfp4"}, plan
   assert {plan[m] for m in ("query", "key", "value", "out")} == {attention}, plan
   assert "logits_dense" not in plan  # maxtext gives the logits projection no quant object
+  share = json.loads((runs[name] / "precision_plan.json").read_text())["flops"]["mlp_flop_share"]
+  assert 0.0 < share < 1.0  # values: tests/integration/flops_test.py
   log = (runs[name] / "stdout.txt").read_text()
   assert "NVFP4 precision plan (emulated backend" in log and "decoder/" in log and "mlp/wi_0" in log
   assert "nvfp4_backend=auto -> emulated" in log or name == "nvfp4"

@@ -101,6 +101,7 @@ def summarize_run(run: RunMetrics, settings: Settings) -> RunSummary:
       hardware=info.hardware,
       backend=info.backend,
       nvfp4_gemms=info.nvfp4_gemms,
+      mlp_flop_share=info.mlp_flop_share,
       emulated=info.backend == "emulated" and bool(info.nvfp4_gemms),
       step_time_p90_over_p50=_spread(times),
       machine=_machine(run),

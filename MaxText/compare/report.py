@@ -41,12 +41,15 @@ def build_report(runs: Sequence[RunMetrics], baseline: str, settings: Settings) 
                                                              and seeds.split_name(r.name)[0] == base_group)]
   comparisons = [analysis.compare(by_name[seeds.baseline_for(r.name, baseline, names)], r, settings)
                  for r in runs if r not in baseline_runs]
+  summaries = [analysis.summarize_run(r, settings) for r in runs]
+  shares = [r.mlp_flop_share for r in sorted(summaries, key=lambda r: r.name != baseline) if r.mlp_flop_share is not None]
   baseline_eval = {r.name: (float(r.eval_loss[-1]) if len(r.eval_loss) and math.isfinite(r.eval_loss[-1]) else None)
                    for r in baseline_runs}
   return Report(
       baseline=baseline,
       settings=settings,
-      runs=[analysis.summarize_run(r, settings) for r in runs],
+      runs=summaries,
+      mlp_flop_share=shares[0] if shares else None,
       comparisons=comparisons,
       quant_stats=[q for r in runs if (q := quantstats.summarize(r)) is not None],
       seed_groups=seeds.groups(comparisons, baseline_eval, baseline),
@@ -247,6 +250,16 @@ def quant_stats_lines(report: Report) -> list[str]:
   return lines
 
 
+def flop_share_line(report: Report) -> str:
+  """What share of the training FLOPs NVFP4 could touch: the first thing to know before reading a gap."""
+  if report.mlp_flop_share is None:
+    return "- MLP share of the training FLOPs: not recorded (no run wrote a precision plan with it)."
+  share = report.mlp_flop_share
+  caution = " NVFP4 runs only these GEMMs, so gaps measured on this model say little about NVFP4." if share < 0.5 else ""
+  return (f"- The MLP GEMMs, the only GEMMs NVFP4 runs, carry {share:.2f} of this model's training FLOPs "
+          f"(maxtext's FLOP count; report.json: mlp_flop_share).{caution}")
+
+
 def markdown_report(report: Report) -> str:
   """report.md: verdicts, the loss table, the step-time table, and the definitions needed to read them."""
   s = report.settings
@@ -260,6 +273,7 @@ def markdown_report(report: Report) -> str:
       "## Loss",
       "",
       loss_table(report),
+      flop_share_line(report),
       "- Eval gap: candidate - baseline eval loss at the last train step after which both ran an eval pass (the same "
       "held-out tokens in every run); %: relative to the baseline's eval loss. The verdict uses it.",
       "- Training gaps: candidate - baseline training loss in nats on the steps both runs logged; window: "

@@ -34,6 +34,7 @@ class RunInfo:
 
   backend: str | None = None  # the plan's resolved NVFP4 backend: "emulated" | "te"
   nvfp4_gemms: int | None = None  # GEMM modules the plan runs in NVFP4 (0 for a bf16 baseline with a quant object)
+  mlp_flop_share: float | None = None  # the MLP GEMMs' share of the training FLOPs (maxtext's count), from the plan
   quantization: str | None = None  # maxtext's `quantization`, lower case ("" when unquantized)
   hardware: str | None = None  # maxtext's `hardware` ("cpu", "gpu", "tpu", ...)
   machine: dict | None = None  # machine.json as written by `machine_record`
@@ -45,13 +46,16 @@ def _enum_text(text: str) -> str:
   return "" if value.upper() == "NONE" else value.lower()
 
 
-def read_plan(run_dir: Path) -> tuple[str | None, int | None]:
-  """(backend, number of NVFP4 GEMM modules) from the run dir's precision_plan.json; (None, None) without one."""
+def read_plan(run_dir: Path) -> tuple[str | None, int | None, float | None]:
+  """(backend, number of NVFP4 GEMM modules, the MLP GEMMs' share of the training FLOPs) from the run dir's
+  precision_plan.json; None for each thing it does not say (plans before the share was recorded lack it)."""
   try:
     plan = json.loads((run_dir / PLAN_FILE).read_text(encoding="utf-8"))
-    return str(plan["backend"]), sum(1 for g in plan["gemms"] if g.get("precision") == "nvfp4")
+    backend, nvfp4 = str(plan["backend"]), sum(1 for g in plan["gemms"] if g.get("precision") == "nvfp4")
   except (OSError, ValueError, KeyError, TypeError):
-    return None, None
+    return None, None, None
+  share = (plan.get("flops") or {}).get("mlp_flop_share")
+  return backend, nvfp4, float(share) if isinstance(share, (int, float)) else None
 
 
 def read_machine(run_dir: Path) -> dict | None:
@@ -75,11 +79,12 @@ def config_from_texts(texts: dict[str, str]) -> dict[str, str]:
 
 def read_info(run_dir: Path | None, texts: dict[str, str] | None = None) -> RunInfo:
   """Everything this module knows about the run in `run_dir` (None: nothing but the TensorBoard `texts`)."""
-  backend, nvfp4 = read_plan(run_dir) if run_dir is not None else (None, None)
+  backend, nvfp4, mlp_share = read_plan(run_dir) if run_dir is not None else (None, None, None)
   config = config_from_texts(texts or {})
   return RunInfo(
       backend=backend,
       nvfp4_gemms=nvfp4,
+      mlp_flop_share=mlp_share,
       quantization=config.get("quantization"),
       hardware=config.get("hardware"),
       machine=read_machine(run_dir) if run_dir is not None else None,

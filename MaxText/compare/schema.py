@@ -112,6 +112,8 @@ class RunSummary(_Model):
   hardware: str | None = Field(None, description="maxtext's `hardware` (from the TensorBoard config text)")
   backend: str | None = Field(None, description="resolved NVFP4 backend from precision_plan.json: emulated | te")
   nvfp4_gemms: int | None = Field(None, description="GEMM modules in NVFP4 per precision_plan.json")
+  mlp_flop_share: float | None = Field(
+      None, description="the MLP GEMMs' share of the training FLOPs by maxtext's count, per precision_plan.json")
   emulated: bool = Field(False, description="NVFP4 GEMMs ran on the emulated backend: step time = emulation cost")
   step_time_p90_over_p50: float | None = Field(None, description="spread of the step times (1.0: perfectly steady)")
   machine: MachineLoad | None = None
@@ -230,6 +232,10 @@ class Report(_Model):
   baseline: str
   settings: Settings
   runs: list[RunSummary]
+  mlp_flop_share: float | None = Field(
+      None, description="the share of the model's training FLOPs in the MLP GEMMs, the only GEMMs NVFP4 runs (maxtext's "
+      "FLOP count): a comparison says little about NVFP4 where it is small. The baseline's, else the first run's "
+      "that records it; None when no run has a precision plan (runs without an NVFP4 mode write none)")
   comparisons: list[Comparison]
   quant_stats: list[QuantStatsSummary] = Field(
       [], description="runs that logged NVFP4 quantization statistics: where NVFP4 loses most")

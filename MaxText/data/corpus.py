@@ -8,13 +8,17 @@ same interpreter always yields byte-identical files, so two people comparing pre
 What is built, in OUT_DIR:
   train.parquet, eval.parquet  one string column "text" (and "path", for traceability), read by maxtext's grain
                                pipeline (`dataset_type=grain grain_file_type=parquet`), which tokenizes on the fly
-  corpus.json                  the manifest: source, split rule, document counts, sha256 of each parquet file
+  tokenizer.model              a 1024-piece SentencePiece BPE trained on the train split (MaxText/data/tokenizer.py):
+                               a small vocabulary keeps a CPU-sized model's FLOPs in its MLPs, not its output layer
+  corpus.json                  the manifest: source, split rule, document counts, sha256 of each file
 
 Rules (all deterministic, none depends on time, locale or file-system order):
   * files: every `*.py` under the running interpreter's stdlib dir, paths sorted, skipping any directory named
     in `EXCLUDED_DIR_NAMES` (tests, site-packages, caches);
   * text: UTF-8 with invalid bytes replaced, CRLF/CR normalized to LF; files longer than `max_doc_chars` are cut
-    into pieces at line boundaries, because maxtext's chunking tokenizer caps the chunks one document may yield;
+    into pieces at line boundaries. Short pieces are what shuffles the data: maxtext chunks a row into consecutive
+    training sequences after its row shuffle (a 100-row window), so a 32k-character row fed one file for ~20 steps
+    and the training loss swung with the files; 2048 characters are ~6 sequences of 128 tokens;
   * split: a file goes to eval when the first 8 bytes of sha256(relative path) / 2**64 < `eval_fraction`, so the
     split never changes when files are added elsewhere, and all pieces of one file land in the same split;
   * row order: by sha256(relative path, piece index), which mixes packages (sorted order would feed a run all of
@@ -27,7 +31,6 @@ import argparse
 import dataclasses
 import enum
 import hashlib
-import importlib.util
 import json
 import os
 import sys
@@ -38,30 +41,27 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from MaxText.data import tokenizer
+
 #: Version of the on-disk layout and of the rules above; bump it when either changes.
-CORPUS_FORMAT_VERSION = 1
+CORPUS_FORMAT_VERSION = 2  # 2: the corpus' own tokenizer, 2048-character rows
 
 #: Directory names skipped anywhere under the stdlib dir: test suites are huge, repetitive and full of
 #: deliberately broken code; site-packages holds third-party code that differs between installations.
 EXCLUDED_DIR_NAMES = frozenset({"test", "tests", "idle_test", "site-packages", "dist-packages", "__pycache__"})
 
-#: The tokenizer maxtext's pipeline uses on this corpus: the smallest-vocabulary one the maxtext 0.2.5 wheel ships
-#: (`maxtext/assets/tokenizers/`; `tokenizer.llama2` and `tokenizer.mistral-v1` are SentencePiece, 32000 pieces;
-#: `tokenizer.default` and `tokenizer.mistral-v3` have 32768; the others are larger). Pass it as an absolute path
-#: (`tokenizer_file()`): the installed wheel resolves bare names against `<site-packages>/maxtext/src/maxtext/assets`,
-#: a folder that exists only in a source checkout, unless MAXTEXT_ASSETS_ROOT is set.
-TOKENIZER_NAME = "tokenizer.llama2"
-TOKENIZER_TYPE = "sentencepiece"
-#: Pieces in `TOKENIZER_NAME`; a model's `vocab_size` must be at least this.
-TOKENIZER_VOCAB_SIZE = 32000
+#: The corpus' own tokenizer (built with it, MaxText/data/tokenizer.py), passed to maxtext as an absolute path.
+TOKENIZER_NAME = tokenizer.MODEL_NAME
+TOKENIZER_TYPE = tokenizer.TOKENIZER_TYPE
+#: A model's `vocab_size` for this tokenizer (the number of pieces it may have).
+TOKENIZER_VOCAB_SIZE = tokenizer.VOCAB_SIZE
 
 TEXT_COLUMN = "text"
 PATH_COLUMN = "path"
 MANIFEST_NAME = "corpus.json"
 DEFAULT_EVAL_FRACTION = 0.05
-#: Longest piece, in characters. TokenizeAndChunk yields at most 2048 chunks per row; 32768 characters of Python
-#: is ~10k tokens, far below 2048 chunks for any max_target_length >= 8.
-DEFAULT_MAX_DOC_CHARS = 32768
+#: Longest row, in characters: ~830 tokens of the corpus tokenizer (2.5 characters per token), ~6 sequences of 128.
+DEFAULT_MAX_DOC_CHARS = 2048
 
 
 class Split(str, enum.Enum):
@@ -78,21 +78,6 @@ class Document:
   path: str  # relative posix path under the stdlib dir, with "#<piece>" appended for pieces after the first
   text: str
   order_key: bytes  # sha256 of (path, piece); rows are written sorted by it
-
-
-def tokenizer_file() -> Path:
-  """Absolute path of `TOKENIZER_NAME` inside the installed maxtext package, found without importing maxtext.
-
-  Raises:
-    ValueError: maxtext is not installed, or its wheel lacks the tokenizer.
-  """
-  spec = importlib.util.find_spec("maxtext")
-  if spec is None or not spec.submodule_search_locations:
-    raise ValueError("maxtext is not installed in this interpreter; run ./setup.sh and use .venv/bin/python")
-  path = Path(next(iter(spec.submodule_search_locations))) / "assets" / "tokenizers" / TOKENIZER_NAME
-  if not path.is_file():
-    raise ValueError(f"{TOKENIZER_NAME} not found at {path}; this project expects the maxtext 0.2.5 wheel")
-  return path
 
 
 def stdlib_dir() -> Path:
@@ -217,6 +202,7 @@ def build_corpus(
   out = Path(out_dir)
   out.mkdir(parents=True, exist_ok=True)
   files = {}
+  pieces = tokenizer.train((d.text for d in splits[Split.TRAIN]), out / TOKENIZER_NAME)
   for split, docs in splits.items():
     path = out / f"{split.value}.parquet"
     write_parquet(docs, path)
@@ -237,9 +223,15 @@ def build_corpus(
       "max_doc_chars": max_doc_chars,
       "columns": [TEXT_COLUMN, PATH_COLUMN],
       "splits": files,
-      "tokenizer_name": TOKENIZER_NAME,
-      "tokenizer_type": TOKENIZER_TYPE,
-      "tokenizer_vocab_size": TOKENIZER_VOCAB_SIZE,
+      "tokenizer": {
+          "file": TOKENIZER_NAME,
+          "type": TOKENIZER_TYPE,
+          "pieces": pieces,
+          "vocab_size": TOKENIZER_VOCAB_SIZE,
+          "trainer_options": tokenizer.TRAINER_OPTIONS,
+          "sentencepiece_version": tokenizer.spm.__version__,
+          "sha256": _sha256_file(out / TOKENIZER_NAME),
+      },
   }
   (out / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8")
   return manifest
@@ -260,7 +252,7 @@ def corpus_overrides(corpus_dir: str | os.PathLike) -> list[str]:
       "grain_file_type=parquet",
       f"grain_train_files={out / 'train.parquet'}",
       f"grain_eval_files={out / 'eval.parquet'}",
-      f"tokenizer_path={tokenizer_file()}",
+      f"tokenizer_path={out / TOKENIZER_NAME}",
       f"tokenizer_type={TOKENIZER_TYPE}",
       f"vocab_size={TOKENIZER_VOCAB_SIZE}",
       "use_truncation=false",

@@ -14,7 +14,7 @@ from typing import Any
 
 from maxtext.configs import types
 
-from MaxText.integration import layers, plan, run_record
+from MaxText.integration import flops, layers, plan, run_record
 from MaxText.integration.config import NVFP4Config
 from MaxText.integration.quant import quantization_from_config
 from MaxText.precision.modes import is_nvfp4
@@ -97,7 +97,7 @@ def wrap_maybe_quantize_model(original: Callable[..., Any]) -> Callable[..., Any
         layers.assign_layer_indices(model, int(getattr(config, "first_num_dense_layers", 0) or 0))
       directory = run_record.current_training_run()
       if directory is not None:  # the plan file and table come from training runs only
-        plan.report(model, directory)
+        plan.report(model, directory, flops.training_flops(config))
     return model
 
   return maybe_quantize_model

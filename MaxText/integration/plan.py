@@ -125,10 +125,11 @@ def format_table(entries: Iterable[PlanEntry]) -> str:
   return "\n".join(lines)
 
 
-def report(model: Any, output_dir: str) -> list[PlanEntry]:
+def report(model: Any, output_dir: str, flops: dict[str, float] | None = None) -> list[PlanEntry]:
   """Checks the plan, then writes PLAN_FILE under output_dir and prints the table, once per distinct plan.
 
-  Does nothing for a model without an NVFP4 quant object.
+  Does nothing for a model without an NVFP4 quant object. `flops` (MaxText/integration/flops.py: the MLP GEMMs'
+  share of the training FLOPs) goes into the file as is, for the comparison report.
 
   Raises:
     PlanError: see `check`.
@@ -141,7 +142,7 @@ def report(model: Any, output_dir: str) -> list[PlanEntry]:
   payload = json.dumps({"backend": quant.backend.value, "recipe": dataclasses.asdict(quant.policy.recipe),
                         "switches": quant.switches.describe(),
                         "decoder_layers_mlp": switches.layer_precisions(quant.switches, mlp),
-                        "gemms": [dataclasses.asdict(e) for e in entries]}, indent=2)
+                        "gemms": [dataclasses.asdict(e) for e in entries], "flops": flops}, indent=2)
   if (output_dir, payload) in _reported:
     return entries
   _reported.add((output_dir, payload))

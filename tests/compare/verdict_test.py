@@ -38,9 +38,11 @@ def _write_run(
       lines.append({"eval/avg_loss": BASE_EVAL + gap, "eval/total_loss": 1.0, "step": s, "run_name": name})
   (d / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines), encoding="utf-8")
   if plan is not None:
-    backend, nvfp4 = plan
+    backend, nvfp4, *share = plan
     gemms = [{"precision": "nvfp4" if i < nvfp4 else "bf16"} for i in range(3)]
-    (d / "precision_plan.json").write_text(json.dumps({"backend": backend, "gemms": gemms}), encoding="utf-8")
+    flops = {"mlp_flop_share": share[0]} if share else None
+    (d / "precision_plan.json").write_text(json.dumps({"backend": backend, "gemms": gemms, "flops": flops}),
+                                           encoding="utf-8")
   if machine is not None:
     (d / "machine.json").write_text(json.dumps(machine), encoding="utf-8")
   return load_run(d)
@@ -125,6 +127,26 @@ def test_a_bf16_baseline_built_as_te_nvfp4_is_called_bf16(tmp_path):
   table = speed_table(report.model_copy(update={"runs": runs}))
   assert "| bf16 | bf16 (te_nvfp4 with no GEMM in NVFP4) | 0 |" in table
   assert "| te_nvfp4 | te_nvfp4 | 3 (emulated) |" in table
+
+
+@pytest.mark.parametrize(
+    "shares, reported, says",
+    [
+        ((0.63, 0.63), 0.63, "carry 0.63 of this model's training FLOPs"),
+        ((None, 0.08), 0.08, "gaps measured on this model say little about NVFP4"),  # fp8 runs write no plan
+        ((None, None), None, "not recorded"),
+    ],
+)
+def test_mlp_flop_share_from_the_plans(tmp_path, shares, reported, says):
+  """The MLP GEMMs' share of the FLOPs (the plan's, written by the integration) is in report.json and report.md:
+  the baseline's where it has one, else the first candidate's; below 0.5 the report says the gaps mean little."""
+  runs = [_write_run(tmp_path, name, plan=None if share is None else ("emulated", nvfp4, share))
+          for name, nvfp4, share in zip(("bf16", "te_nvfp4"), (0, 3), shares)]
+  report = build_report(runs, "bf16", Settings())
+  assert report.mlp_flop_share == reported
+  assert [r.mlp_flop_share for r in report.runs] == list(shares)
+  assert says in markdown_report(report)
+  assert ("say little" in markdown_report(report)) == (reported is not None and reported < 0.5)
 
 
 def test_te_backend_on_a_quiet_machine_claims_the_speedup(tmp_path):

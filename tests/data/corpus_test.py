@@ -89,10 +89,11 @@ def test_bad_arguments_raise_clear_errors(tmp_path):
 def test_rebuild_is_byte_identical(built, tmp_path):
   first, manifest = built
   corpus.main([str(tmp_path)])
-  for name in ("train.parquet", "eval.parquet", corpus.MANIFEST_NAME):
+  for name in ("train.parquet", "eval.parquet", corpus.TOKENIZER_NAME, corpus.MANIFEST_NAME):
     assert (first / name).read_bytes() == (tmp_path / name).read_bytes(), name
   for split in ("train", "eval"):
     assert hashlib.sha256((first / f"{split}.parquet").read_bytes()).hexdigest() == manifest["splits"][split]["sha256"]
+  assert hashlib.sha256((first / corpus.TOKENIZER_NAME).read_bytes()).hexdigest() == manifest["tokenizer"]["sha256"]
 
 
 def test_manifest_and_contents(built):
@@ -110,14 +111,28 @@ def test_manifest_and_contents(built):
   assert "json/decoder.py" in train_files | eval_files
 
 
-def test_tokenizer_covers_the_vocab(built):
-  out, _ = built
-  sp = spm.SentencePieceProcessor(model_file=str(corpus.tokenizer_file()))
-  assert sp.get_piece_size() == corpus.TOKENIZER_VOCAB_SIZE
-  text = pq.read_table(out / "eval.parquet").column("text")[0].as_py()
-  ids = sp.encode(text)
-  assert ids and max(ids) < corpus.TOKENIZER_VOCAB_SIZE
-  assert sp.decode(ids).strip() == text.strip()[: len(sp.decode(ids).strip())]
+def test_tokenizer_is_the_corpus_own_and_round_trips_every_eval_row(built):
+  """The 1024-piece tokenizer fills its vocabulary, never needs an unknown piece (byte fallback) and gives back
+  every eval row exactly (no normalization, whitespace kept: indentation is Python's syntax)."""
+  out, manifest = built
+  sp = spm.SentencePieceProcessor(model_file=str(out / corpus.TOKENIZER_NAME))
+  assert sp.get_piece_size() == corpus.TOKENIZER_VOCAB_SIZE == manifest["tokenizer"]["pieces"] == 1024
+  assert (sp.unk_id(), sp.bos_id(), sp.eos_id(), sp.pad_id()) == (0, 1, 2, -1)  # llama2's layout
+  rows = pq.read_table(out / "eval.parquet").column("text").to_pylist()
+  encoded = [sp.encode(text) for text in rows]
+  assert all(ids and sp.unk_id() not in ids for ids in encoded)
+  assert [sp.decode(ids) for ids in encoded] == rows
+  chars_per_token = sum(map(len, rows)) / sum(map(len, encoded))
+  assert 2.0 < chars_per_token < 3.0  # 2.47 measured: a 2048-character row is ~6 sequences of 128 tokens
+
+
+def test_rows_are_short_enough_to_shuffle(built):
+  """maxtext chunks a row into consecutive training sequences after its row shuffle: long rows fed one file to many
+  steps in a row (the quickstart's training loss swung with a period of ~50 steps at 32768 characters)."""
+  out, manifest = built
+  assert manifest["max_doc_chars"] == corpus.DEFAULT_MAX_DOC_CHARS == 2048
+  lengths = [len(t) for t in pq.read_table(out / "train.parquet").column("text").to_pylist()]
+  assert max(lengths) <= 2048 and len(lengths) > 5000
 
 
 @pytest.mark.slow
@@ -136,10 +151,10 @@ def test_maxtext_grain_pipeline_trains_on_it(built, run_train, tmp_path):
       ]
   )
   assert result.returncode == 0, result.stderr[-3000:]
-  assert "Tokenizer path:" in result.stderr and corpus.TOKENIZER_NAME in result.stderr
+  assert f"Tokenizer path: {out / corpus.TOKENIZER_NAME}" in result.stderr
   run = read_jsonl(metrics)
   assert list(run.steps) == [0, 1, 2]
-  assert all(9.0 < loss < 12.0 for loss in run.loss)  # ~ln(32000) = 10.4 at random init on real tokens
+  assert all(5.5 < loss < 8.5 for loss in run.loss)  # ~ln(1024) = 6.9 at random init on real tokens
 
 
 def test_cli_overrides_only_and_bad_arguments(tmp_path, capsys):
@@ -147,6 +162,6 @@ def test_cli_overrides_only_and_bad_arguments(tmp_path, capsys):
                       "--eval-fraction", "0.5"]) == 0
   line = capsys.readouterr().out.strip()
   assert line.split() == corpus.corpus_overrides(tmp_path / "c")
-  assert f"grain_train_files={tmp_path / 'c' / 'train.parquet'}" in line and "vocab_size=32000" in line
+  assert f"grain_train_files={tmp_path / 'c' / 'train.parquet'}" in line and "vocab_size=1024" in line
   assert corpus.main([str(tmp_path / "d"), "--eval-fraction", "2"]) == 2
   assert "eval_fraction" in capsys.readouterr().err and not (tmp_path / "d").exists()
