@@ -32,7 +32,7 @@ test-te: ## Build .venv-gpu (./setup.sh --gpu; ~25 min once) and lower the TE ba
 	./setup.sh --gpu --venv $(GPU_VENV)
 	MAXTEXT_TE_TESTS=required $(GPU_VENV)/bin/python -m pytest -v -p no:cacheprovider tests/te
 
-quickstart: setup ## bf16/fp8/te_nvfp4/te_nvfp4_no_rht on the local corpus (10 min idle, 50 min busy; 2 CPU cores), compared in results/quickstart/
+quickstart: setup ## bf16/fp8/te_nvfp4/te_nvfp4_no_rht on the local corpus (9 min on 2 quiet CPU cores), compared in results/quickstart/
 	$(PY) scripts/quickstart.py --out $(QUICKSTART_DIR) $(QUICKSTART_ARGS)
 
 # DEVICE=gpu trains in .venv-gpu (built by ./setup.sh --gpu), on configs/study_gpu.yml.

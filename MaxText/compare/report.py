@@ -52,7 +52,7 @@ def build_report(runs: Sequence[RunMetrics], baseline: str, settings: Settings) 
       mlp_flop_share=shares[0] if shares else None,
       comparisons=comparisons,
       quant_stats=[q for r in runs if (q := quantstats.summarize(r)) is not None],
-      seed_groups=seeds.groups(comparisons, baseline_eval, baseline),
+      seed_groups=seeds.groups(comparisons, baseline_eval, baseline, settings),
   )
 
 
@@ -109,17 +109,22 @@ def seed_lines(report: Report) -> list[str]:
   if not report.seed_groups:
     return []
   header = ("| group | paired runs | mean eval gap (nats) | sd across seeds | 95% interval | baseline noise sd | "
-            "notes |\n|---|---:|---:|---:|---:|---:|---|\n")
+            "differs from baseline | verdict | notes |\n|---|---:|---:|---:|---:|---:|---|---|---|\n")
   rows = []
   for g in report.seed_groups:
     ci = "—" if g.ci95 is None else f"[{g.ci95[0]:+.4f}, {g.ci95[1]:+.4f}]"
     notes = "; ".join([*([g.note] if g.note else []), *(f"unpaired: {u}" for u in g.unpaired)]) or "—"
+    differs = "—" if g.differs_from_baseline is None else ("yes" if g.differs_from_baseline else "no")
+    level = "—" if g.verdict is None else f"**{g.verdict.value}**"
     rows.append([g.group, str(len(g.eval_gaps_nats)), _fmt(g.mean_eval_gap_nats, "+.4f"), _fmt(g.sd_nats, ".4f"), ci,
-                 _fmt(g.baseline_noise_sd_nats, ".4f"), notes])
+                 _fmt(g.baseline_noise_sd_nats, ".4f"), differs, level, notes])
   return ["## Across seeds", "", _markdown_table(header, rows),
           f"- Runs named NAME@SEED form group NAME; each is paired with `{seeds.split_name(report.baseline)[0]}@SEED` "
           "(same weights and data order). The interval is Student's t over seeds; the baseline noise sd is the "
-          "baseline's own seed-to-seed spread of final eval losses: a gap below it is not told apart from a seed.", ""]
+          "baseline's own seed-to-seed spread of final eval losses. Differs from baseline: the interval excludes 0. "
+          "Verdict: the mean gap relative to the baseline runs' mean eval loss, judged by the interval across seeds "
+          "as a run's is by its eval-batch interval (ok: all of it inside the band; inconclusive: it reaches both "
+          "inside and outside; more seeds narrow it).", ""]
 
 
 def _interval_note(c: Comparison) -> str:

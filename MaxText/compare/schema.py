@@ -222,6 +222,13 @@ class SeedGroup(_Model):
       description="the baseline group's own seed-to-seed standard deviation of final eval losses (noise floor)")
   baseline_runs: int
   unpaired: list[str] = Field(description="runs without an eval in common with their baseline run, and why")
+  verdict: VerdictLevel | None = Field(
+      None, description="ok | drifting | off | better | inconclusive: the mean gap relative to the baseline runs' mean "
+      "eval loss, judged by its interval across seeds as a run's verdict is by its eval-batch interval; null "
+      "without a spread (one paired run)")
+  differs_from_baseline: bool | None = Field(
+      None, description="the interval across seeds excludes 0: this precision's eval loss differs from the "
+      "baseline's beyond seed-to-seed variation; null without a spread")
   note: str | None = None
 
 

@@ -16,7 +16,8 @@ from collections.abc import Sequence
 import numpy as np
 from scipy import stats
 
-from MaxText.compare.schema import Comparison, SeedGroup
+from MaxText.compare.schema import Comparison, SeedGroup, Settings
+from MaxText.compare.verdict import judge_interval
 
 SEP = "@"
 
@@ -46,11 +47,14 @@ def _spread(values: list[float]) -> tuple[float | None, list[float] | None]:
 
 
 def groups(comparisons: Sequence[Comparison], baseline_eval: dict[str, float | None],
-           baseline: str) -> list[SeedGroup]:
+           baseline: str, settings: Settings | None = None) -> list[SeedGroup]:
   """One SeedGroup per candidate group, when any run is named NAME@SEED; [] otherwise.
 
-  `baseline_eval` maps each baseline-group run to its final eval loss (None without one).
+  `baseline_eval` maps each baseline-group run to its final eval loss (None without one). A group with a spread is
+  judged like a run (`verdict.judge_interval`, `settings`' band): its mean gap and interval relative to the baseline
+  runs' mean eval loss.
   """
+  settings = settings or Settings()
   if not any(split_name(c.candidate)[1] is not None for c in comparisons) and split_name(baseline)[1] is None:
     return []
   base_losses = [v for v in baseline_eval.values() if v is not None]
@@ -69,9 +73,14 @@ def groups(comparisons: Sequence[Comparison], baseline_eval: dict[str, float | N
       notes.append(f"{len(gaps)} paired run(s): no spread across seeds (not 0); run more seeds")
     if noise is None:
       notes.append(f"{len(base_losses)} baseline run(s) with an eval: no noise floor")
+    level = None
+    if ci is not None and base_losses:
+      base = float(np.mean(base_losses))
+      level = judge_interval(float(np.mean(gaps)) / base, (ci[0] / base, ci[1] / base), settings)
     out.append(SeedGroup(
         group=name, runs=[c.candidate for c in members], paired_with=[c.baseline for c in paired],
         eval_gaps_nats=gaps, mean_eval_gap_nats=float(np.mean(gaps)) if gaps else None, sd_nats=sd, ci95=ci,
-        baseline_noise_sd_nats=noise, baseline_runs=len(baseline_eval), unpaired=missing, note="; ".join(notes) or None,
+        baseline_noise_sd_nats=noise, baseline_runs=len(baseline_eval), unpaired=missing, verdict=level,
+        differs_from_baseline=None if ci is None else bool(ci[0] > 0 or ci[1] < 0), note="; ".join(notes) or None,
     ))  # fmt: skip
   return out

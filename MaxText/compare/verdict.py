@@ -50,6 +50,23 @@ def _judge(rel: float, settings: Settings) -> VerdictLevel:
   return VerdictLevel.OK
 
 
+def judge_interval(rel: float, interval: tuple[float, float] | None, settings: Settings) -> VerdictLevel:
+  """The level of a relative gap `rel`, decided by its relative 95% interval where there is one: "ok" only when all
+  of it lies inside the band, the gap's own level when all of it lies beyond one edge, "inconclusive" otherwise.
+
+  One rule for a run's eval-batch interval and for a seed group's interval across seeds.
+  """
+  level = _judge(rel, settings)
+  if interval is None:
+    return level
+  lo, hi = interval
+  if -settings.band_rel <= lo and hi <= settings.band_rel:
+    return VerdictLevel.OK
+  if lo > settings.band_rel or hi < -settings.band_rel:
+    return level  # all of the interval on one side: the gap itself says how far
+  return VerdictLevel.INCONCLUSIVE
+
+
 def verdict(
     *,
     status: Status,
@@ -98,15 +115,7 @@ def verdict(
     what = f"smoothed final training loss {gap.final_smoothed_nats:+.3f} nats ({100 * rel:+.2f}%; no common eval)"
   else:
     return Verdict(level=VerdictLevel.NO_DATA, basis="none", rel_gap=None, text="no verdict: no gap to judge")
-  level = _judge(rel, settings)
-  if interval is not None:
-    lo, hi = interval
-    if -settings.band_rel <= lo and hi <= settings.band_rel:
-      level = VerdictLevel.OK
-    elif lo > settings.band_rel or hi < -settings.band_rel:
-      level = _judge(rel, settings)  # all of the interval on one side: the gap itself says how far
-    else:
-      level = VerdictLevel.INCONCLUSIVE
+  level = judge_interval(rel, interval, settings)
   band, drift = f"{100 * settings.band_rel:g}%", f"{100 * settings.drift_rel:g}%"
   if level is VerdictLevel.INCONCLUSIVE:
     text = (

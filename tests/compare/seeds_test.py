@@ -13,7 +13,7 @@ from scipy import stats
 from MaxText.compare import seeds
 from MaxText.compare.metrics import read_jsonl
 from MaxText.compare.report import build_report, markdown_report, write_report
-from MaxText.compare.schema import Settings
+from MaxText.compare.schema import Settings, VerdictLevel
 from tests.compare.conftest import maxtext_record, write_lines
 
 STEPS = 30
@@ -86,3 +86,28 @@ def test_runs_without_seed_names_get_no_groups(tmp_path):
   runs = [_run(tmp_path, "bf16", 10.0, 6.0), _run(tmp_path, "te_nvfp4", 10.0, 6.03)]
   report = build_report(runs, "bf16", Settings())
   assert report.seed_groups == [] and "Across seeds" not in markdown_report(report)
+
+
+@pytest.mark.parametrize(
+    "gaps, level, differs",
+    [
+        ((0.030, 0.050, 0.010), VerdictLevel.INCONCLUSIVE, False),  # [-0.020, +0.080] reaches past +1% of 6.007
+        ((0.020, 0.021, 0.019), VerdictLevel.OK, True),  # all inside the band, all above 0
+        ((0.100, 0.110, 0.120), VerdictLevel.DRIFTING, True),  # all above the 1% band (+1.8%), below 3%
+        ((-0.005, 0.004, 0.001), VerdictLevel.OK, False),  # inside the band, 0 inside the interval
+    ],
+)
+def test_a_group_is_judged_by_its_interval_across_seeds(tmp_path, gaps, level, differs):
+  """The group verdict uses the run verdict's rule on the seed interval, relative to the baseline runs' mean eval."""
+  runs = [_run(tmp_path, f"bf16@{s}", STEP0[s], BASE_EVAL[s]) for s in BASE_EVAL]
+  runs += [_run(tmp_path, f"te_nvfp4@{s}", STEP0[s], BASE_EVAL[s] + gap) for s, gap in zip(BASE_EVAL, gaps)]
+  (g,) = build_report(runs, "bf16@0", Settings()).seed_groups
+  assert (g.verdict, g.differs_from_baseline) == (level, differs)
+  row = [line for line in markdown_report(build_report(runs, "bf16@0", Settings())).splitlines()
+         if line.startswith("| te_nvfp4 |")]
+  assert row and f"| {'yes' if differs else 'no'} | **{level.value}** |" in row[0]
+
+
+def test_a_group_without_spread_gets_no_verdict(grouped):
+  by = {g.group: g for g in grouped.seed_groups}
+  assert by["fp8"].verdict is None and by["fp8"].differs_from_baseline is None
