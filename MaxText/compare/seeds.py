@@ -47,14 +47,13 @@ def _spread(values: list[float]) -> tuple[float | None, list[float] | None]:
 
 
 def groups(comparisons: Sequence[Comparison], baseline_eval: dict[str, float | None],
-           baseline: str, settings: Settings | None = None) -> list[SeedGroup]:
+           baseline: str, settings: Settings) -> list[SeedGroup]:
   """One SeedGroup per candidate group, when any run is named NAME@SEED; [] otherwise.
 
   `baseline_eval` maps each baseline-group run to its final eval loss (None without one). A group with a spread is
   judged like a run (`verdict.judge_interval`, `settings`' band): its mean gap and interval relative to the baseline
   runs' mean eval loss.
   """
-  settings = settings or Settings()
   if not any(split_name(c.candidate)[1] is not None for c in comparisons) and split_name(baseline)[1] is None:
     return []
   base_losses = [v for v in baseline_eval.values() if v is not None]

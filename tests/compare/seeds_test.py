@@ -93,6 +93,7 @@ def test_runs_without_seed_names_get_no_groups(tmp_path):
     [
         ((0.030, 0.050, 0.010), VerdictLevel.INCONCLUSIVE, False),  # [-0.020, +0.080] reaches past +1% of 6.007
         ((0.020, 0.021, 0.019), VerdictLevel.OK, True),  # all inside the band, all above 0
+        ((-0.020, -0.021, -0.019), VerdictLevel.OK, True),  # all inside the band, all below 0
         ((0.100, 0.110, 0.120), VerdictLevel.DRIFTING, True),  # all above the 1% band (+1.8%), below 3%
         ((-0.005, 0.004, 0.001), VerdictLevel.OK, False),  # inside the band, 0 inside the interval
     ],
