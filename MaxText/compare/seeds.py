@@ -58,6 +58,7 @@ def groups(comparisons: Sequence[Comparison], baseline_eval: dict[str, float | N
     return []
   base_losses = [v for v in baseline_eval.values() if v is not None]
   noise, _ = _spread(base_losses)
+  base = float(np.mean(base_losses)) if base_losses else None  # the scale of the group verdicts' relative gaps
   by_group: dict[str, list[Comparison]] = {}
   for c in comparisons:
     by_group.setdefault(split_name(c.candidate)[0], []).append(c)
@@ -72,13 +73,13 @@ def groups(comparisons: Sequence[Comparison], baseline_eval: dict[str, float | N
       notes.append(f"{len(gaps)} paired run(s): no spread across seeds (not 0); run more seeds")
     if noise is None:
       notes.append(f"{len(base_losses)} baseline run(s) with an eval: no noise floor")
+    mean = float(np.mean(gaps)) if gaps else None
     level = None
-    if ci is not None and base_losses:
-      base = float(np.mean(base_losses))
-      level = judge_interval(float(np.mean(gaps)) / base, (ci[0] / base, ci[1] / base), settings)
+    if ci is not None and mean is not None and base is not None:
+      level = judge_interval(mean / base, (ci[0] / base, ci[1] / base), settings)
     out.append(SeedGroup(
         group=name, runs=[c.candidate for c in members], paired_with=[c.baseline for c in paired],
-        eval_gaps_nats=gaps, mean_eval_gap_nats=float(np.mean(gaps)) if gaps else None, sd_nats=sd, ci95=ci,
+        eval_gaps_nats=gaps, mean_eval_gap_nats=mean, sd_nats=sd, ci95=ci,
         baseline_noise_sd_nats=noise, baseline_runs=len(baseline_eval), unpaired=missing, verdict=level,
         differs_from_baseline=None if ci is None else bool(ci[0] > 0 or ci[1] < 0), note="; ".join(notes) or None,
     ))  # fmt: skip

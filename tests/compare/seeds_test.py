@@ -102,10 +102,10 @@ def test_a_group_is_judged_by_its_interval_across_seeds(tmp_path, gaps, level, d
   """The group verdict uses the run verdict's rule on the seed interval, relative to the baseline runs' mean eval."""
   runs = [_run(tmp_path, f"bf16@{s}", STEP0[s], BASE_EVAL[s]) for s in BASE_EVAL]
   runs += [_run(tmp_path, f"te_nvfp4@{s}", STEP0[s], BASE_EVAL[s] + gap) for s, gap in zip(BASE_EVAL, gaps)]
-  (g,) = build_report(runs, "bf16@0", Settings()).seed_groups
+  report = build_report(runs, "bf16@0", Settings())
+  (g,) = report.seed_groups
   assert (g.verdict, g.differs_from_baseline) == (level, differs)
-  row = [line for line in markdown_report(build_report(runs, "bf16@0", Settings())).splitlines()
-         if line.startswith("| te_nvfp4 |")]
+  row = [line for line in markdown_report(report).splitlines() if line.startswith("| te_nvfp4 |")]
   assert row and f"| {'yes' if differs else 'no'} | **{level.value}** |" in row[0]
 
 
