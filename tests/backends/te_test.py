@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from MaxText.backends.te import nonfinite_guard
+from MaxText.backends.te import forward_switched, nonfinite_guard
 
 
 def _gemm(x, w, extra):
@@ -82,3 +82,36 @@ def test_guard_leaves_finite_results_unchanged():
   np.testing.assert_array_equal(y, x @ w)
   np.testing.assert_array_equal(dx, jnp.ones((3, 2)) @ w.T)
   np.testing.assert_array_equal(dw, x.T @ jnp.ones((3, 2)))
+
+
+@jax.custom_vjp
+def _marked_gemm(x, w, extra):
+  """A stand-in for TE's NVFP4 GEMM whose outputs say where they came from: y = 2 x W, dx = 3 dY W^T, dW = 5 x^T dY."""
+  del extra
+  return 2.0 * (x @ w)
+
+
+def _marked_fwd(x, w, extra):
+  return _marked_gemm(x, w, extra), (x, w)
+
+
+def _marked_bwd(residuals, dy):
+  x, w = residuals
+  return 3.0 * (dy @ w.T), 5.0 * (x.T @ dy), None
+
+
+_marked_gemm.defvjp(_marked_fwd, _marked_bwd)
+
+
+@pytest.mark.parametrize("switched", [False, True])
+def test_forward_switch_changes_the_forward_output_only(switched):
+  """nvfp4_bf16_forward_from_step on the TE backend: from the switch step the forward output is the BF16 GEMM's, while
+  dgrad and wgrad stay the NVFP4 GEMM's own (its pullback, on its own quantized operands); before it, all NVFP4."""
+  rng = np.random.default_rng(1)
+  x, w, dy = (jnp.asarray(rng.standard_normal(s).astype(np.float32)) for s in ((8, 16), (16, 4), (8, 4)))
+  gemm = forward_switched(_marked_gemm, lambda a, b: a @ b, jnp.asarray(switched))
+  y, pullback = jax.jit(lambda a, b: jax.vjp(lambda p, q: gemm(p, q, None), a, b))(x, w)
+  dx, dw = pullback(dy)
+  np.testing.assert_allclose(y, (1.0 if switched else 2.0) * (x @ w), rtol=1e-6)
+  np.testing.assert_allclose(dx, 3.0 * (dy @ w.T), rtol=1e-6)
+  np.testing.assert_allclose(dw, 5.0 * (x.T @ dy), rtol=1e-6)

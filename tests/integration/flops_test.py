@@ -4,7 +4,7 @@
 import pytest
 
 from MaxText.integration import flops
-from tests.helpers import REPO_ROOT
+from tests.helpers import REPO_ROOT, TINY_YML
 
 QUICKSTART = REPO_ROOT / "configs" / "quickstart.yml"
 
@@ -38,3 +38,18 @@ def test_quickstart_and_study_models_spend_most_flops_in_nvfp4_gemms(load_config
   """The bar the quickstart was sized for: a model in which NVFP4 matters (MLP share >= 0.5), on the CPU and on GPU."""
   got = flops.training_flops(load_config(REPO_ROOT / "configs" / yml, "vocab_size=1024"))["mlp_flop_share"]
   assert got >= 0.5 and got == pytest.approx(share, abs=5e-4)
+
+
+def test_moe_share_counts_the_routed_experts(load_config):
+  """A tiny Mixtral: per token and layer, each of the num_experts_per_tok experts runs gate, up and down at the expert
+  width (moe_mlp_dim), and the router (emb x num_experts) stays outside the MLP share."""
+  config = load_config(TINY_YML, "decoder_block=mixtral", "num_experts=4", "num_experts_per_tok=2",
+                       "base_moe_mlp_dim=256")
+  layers, emb, moe_mlp, k, experts, heads, head_dim, seq, vocab = 2, 64, 256, 2, 4, 4, 16, 64, 256
+  mlp_flops = layers * k * 3 * 2 * emb * moe_mlp
+  others = (layers * (2 * emb * 3 * heads * head_dim + 2 * emb * heads * head_dim + 4 * seq * heads * head_dim / 2
+                      + 2 * emb * experts)
+            + 2 * emb * vocab)
+  got = flops.training_flops(config)["mlp_flop_share"]
+  assert got == pytest.approx(mlp_flops / (mlp_flops + others), rel=1e-12)
+  assert got > 0.5  # the expert GEMMs carry most of this model's FLOPs

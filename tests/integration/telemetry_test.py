@@ -57,8 +57,12 @@ def test_expert_stacks_report_the_mean_and_the_worst_expert():
 
 
 def test_statistics_steps():
-  settings = Settings(switches=Switches(num_layers=3, from_step=7), stats_interval=3)
-  assert [s for s in range(10) if telemetry.is_stats_step(settings, s)] == [0, 3, 6]  # none once all run BF16
+  """Every interval-th step, up to but not including nvfp4_bf16_from_step: from that step on every GEMM runs in BF16
+  and quantizes nothing, the switch step itself included."""
+  settings = Settings(switches=Switches(num_layers=3, from_step=6), stats_interval=3)
+  assert [s for s in range(10) if telemetry.is_stats_step(settings, s)] == [0, 3]
+  settings = Settings(switches=Switches(num_layers=3), stats_interval=3)
+  assert [s for s in range(10) if telemetry.is_stats_step(settings, s)] == [0, 3, 6, 9]
 
 
 @pytest.mark.parametrize(
@@ -81,10 +85,11 @@ def test_bad_statistics_settings_fail_at_load(overrides, expected):
 
 @pytest.mark.slow
 def test_statistics_through_the_trainer_leave_the_losses_unchanged(tmp_path: pathlib.Path, jax_cache_dir) -> None:
-  """3 layers, interval 2, 5 steps: steps 0, 2, 4 carry 3 layers x 3 GEMMs x 5 operands x 4 statistics, in range;
-  steps 1 and 3 none; the losses equal those of the same run without statistics bit for bit."""
+  """3 layers, interval 2, 5 steps, every GEMM in BF16 from step 4: steps 0 and 2 carry 3 layers x 3 GEMMs x 5
+  operands x 4 statistics, in range; steps 1 and 3 none, nor step 4 (the switch step: nothing is quantized); the
+  losses equal those of the same run without statistics bit for bit."""
   common = ["quantization=te_nvfp4", "nvfp4_backend=emulated", "steps=5", "base_num_decoder_layers=3",
-            "enable_tensorboard=true"]
+            "enable_tensorboard=true", "nvfp4_bf16_from_step=4"]
   losses, rows = {}, {}
   for name, extra in (("stats", ["nvfp4_stats_interval=2"]), ("plain", [])):
     run = train_cli([f"run_name={name}", f"base_output_directory={tmp_path}",
@@ -96,7 +101,7 @@ def test_statistics_through_the_trainer_leave_the_losses_unchanged(tmp_path: pat
   assert not [k for r in rows["plain"] for k in r if k.startswith("nvfp4/")]
   for row in rows["stats"]:
     stats = {k: v for k, v in row.items() if k.startswith("nvfp4/")}
-    if int(row["step"]) % 2:
+    if int(row["step"]) not in (0, 2):
       assert not stats, row["step"]
       continue
     names = {f"nvfp4/layer_{i:02d}/mlp/{g}/{o}/{s}" for i in range(3) for g in ("wi_0", "wi_1", "wo")

@@ -18,6 +18,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 #: Every TE custom call target the NVFP4 / FP8 current-scaling dense paths emit start with this.
 TE_PREFIX = "te_"
@@ -142,13 +144,33 @@ def guard_inputs(text: str, result_type: str) -> list[set[str]]:
       return {match.group(1)} if match else set()
     return set()
 
-  def verdict(defs: dict[str, str], name: str) -> str | None:
-    """The predicate behind a scalar poison factor: broadcast_in_dim <- convert <- call @_where(pred, 1, NaN)."""
+  return [finite_sources(defs, pred) for defs, (pred, _, _) in _poison_factors(text, result_type)]
+
+
+def guard_factors(text: str, result_type: str) -> list[tuple[float, float]]:
+  """For each guard poison producing `result_type`: the factor's two values, (when every operand is finite, when
+  one is not): (1.0, nan) is the guard; a zero or any finite value in the second place would hide a NaN."""
+  def value(defs: dict[str, str], name: str) -> float:
+    line = defs.get(name.split("#")[0], "")
+    match = re.match(r"stablehlo\.constant dense<([^>]+)>", line)
+    assert match, f"the guard's factor {name} is not a constant: {line!r}"
+    literal = match.group(1)
+    if literal.startswith("0x"):  # non-finite f32 values are printed as bit patterns
+      return float(np.frombuffer(int(literal, 16).to_bytes(4, "little"), np.float32)[0])
+    return float(literal)
+
+  return [(value(defs, ok), value(defs, bad)) for defs, (_, ok, bad) in _poison_factors(text, result_type)]
+
+
+def _poison_factors(text: str, result_type: str) -> list[tuple[dict[str, str], tuple[str, str, str]]]:
+  """Each guard poison `out * factor` producing `result_type`, as (its function's definitions, (the predicate, the
+  factor where it holds, the factor where it does not)): broadcast_in_dim <- convert <- call @_where(pred, 1, NaN)."""
+  def where_call(defs: dict[str, str], name: str) -> tuple[str, str, str] | None:
     for _ in range(3):
       line = defs.get(name.split("#")[0], "")
-      call = re.match(r"call @_where\w*\((%[\w#]+), ", line)
+      call = re.match(r"call @_where\w*\((%[\w#]+), (%[\w#]+), (%[\w#]+)\)", line)
       if call:
-        return call.group(1)
+        return call.group(1), call.group(2), call.group(3)
       if not re.match(r"stablehlo\.(broadcast_in_dim|convert) ", line):
         return None
       name = re.findall(r"%[\w#]+", line)[0]
@@ -161,7 +183,7 @@ def guard_inputs(text: str, result_type: str) -> list[set[str]]:
     for line in lines:
       match = re.search(r"= stablehlo\.multiply (%[\w#]+), (%[\w#]+) : " + re.escape(result_type) + r"(?:\s|$)", line)
       if match:
-        pred = verdict(defs, match.group(2))
-        if pred:
-          found.append(finite_sources(defs, pred))
+        call = where_call(defs, match.group(2))
+        if call:
+          found.append((defs, call))
   return found

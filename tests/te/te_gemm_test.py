@@ -10,6 +10,7 @@ and use_rht on their quantize), never on W; stochastic rounding only on dY.
 
 from __future__ import annotations
 
+import math
 import re
 from collections import Counter
 
@@ -143,6 +144,9 @@ def test_nonfinite_check_ops_sit_beside_te(te, check):
     assert harness.guard_inputs(text, dy) == [{x, w}]  # y
     assert harness.guard_inputs(text, x) == [{dy, w}]  # dx
     assert harness.guard_inputs(text, w) == [{x, dy}]  # dW
+    for out in (dy, x, w):  # y, dx, dW: unchanged (x 1) when their operands are finite, NaN (not 0) when one is not
+      ((ok, bad),) = harness.guard_factors(text, out)
+      assert ok == 1.0 and math.isnan(bad), (out, ok, bad)
 
 
 def test_backend_probe_uses_te_support_check(te):
