@@ -21,6 +21,7 @@ Exit 2 with one line: a config that is not NVFP4 on TE, an unknown target, a dev
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import pathlib
@@ -43,7 +44,7 @@ MLP_GEMMS = ("wi_0", "wi_1", "wo")
 QUANTIZE = "te_dbias_quantize_ffi"
 
 
-def _gemm_programs(k: int, n: int, m: int, recipe: Any, device: Any) -> tuple[Any, Any]:
+def _gemm_programs(k: int, n: int, m: int, settings: Any, device: Any) -> tuple[Any, Any]:
   """(ours, bare): d/dx, d/dW of sum(y^2) for y = x W (x: m x k, W: k x n, bf16) through the plugin's TE module and
   through TE's dense alone, compiled for `device`."""
   # pylint: disable=import-outside-toplevel
@@ -66,7 +67,7 @@ def _gemm_programs(k: int, n: int, m: int, recipe: Any, device: Any) -> tuple[An
     @nn.compact
     def __call__(self, x, w, dimension_numbers):
       quantizer_set = self.generate_quantizer_set(
-          fp8_recipe=te_backend._te_recipe(Precision.NVFP4, recipe),  # pylint: disable=protected-access
+          fp8_recipe=te_backend._te_recipe(Precision.NVFP4, settings.recipe),  # pylint: disable=protected-access
           quantization_checkpoint_name=QUANTIZATION_NAME)
       return te_dense.dense(x, w, contracting_dims=dimension_numbers[0], quantizer_set=quantizer_set)
 
@@ -86,24 +87,24 @@ def _gemm_programs(k: int, n: int, m: int, recipe: Any, device: Any) -> tuple[An
 
     return jax.jit(jax.grad(loss, argnums=(0, 1))).lower(x, w, variables).compile()
 
-  ours = te_backend.dot_general_cls(Precision.NVFP4, recipe, nonfinite_check=True)()
+  ours = te_backend.dot_general_cls(Precision.NVFP4, dataclasses.replace(settings, nonfinite_check=True))()
   return compiled(ours), compiled(Bare())
 
 
 def per_gemm(config: Any, target: str) -> list[dict[str, Any]]:
   """View 1: each MLP GEMM alone, the plugin's module against TE's bare dense."""
   # pylint: disable=import-outside-toplevel
-  from MaxText.precision.settings import Settings
+  from MaxText.integration.settings import settings_of
+  from MaxText.integration.shapes import gemm_dims
   from MaxText.preflight.compile import target_devices
 
   (device,) = target_devices(target, 1)
-  recipe = Settings.from_config(config).recipe
-  m = int(config.per_device_batch_size * config.max_target_length)
-  emb, mlp = int(config.emb_dim), int(config.mlp_dim)
+  settings = dataclasses.replace(settings_of(config), stats_interval=0)
   rows = []
-  for name, (k, n) in zip(MLP_GEMMS, ((emb, mlp), (emb, mlp), (mlp, emb))):
+  for dims in (d for d in gemm_dims(config, settings) if d.phase == "train"):
+    name, m, k, n = dims.module.rsplit("/", 1)[-1], dims.m, dims.k_global, dims.n_global
     start = time.perf_counter()
-    ours, bare = _gemm_programs(k, n, m, recipe, device)
+    ours, bare = _gemm_programs(k, n, m, settings, device)
     overhead = report.Overhead.between(kernels_lib.kernels(ours.as_text()), kernels_lib.kernels(bare.as_text()))
     rows.append({"gemm": name, "m": m, "k": k, "n": n, **overhead.as_dict()})
     print(f"  {name}: M {m} K {k} N {n} compiled twice in {time.perf_counter() - start:.1f} s", flush=True)
@@ -146,7 +147,12 @@ def main(argv: list[str]) -> int:
   preflight.seam.register()
   preflight.seam.install_cli_error_handler(preflight.one_line_config_errors([preflight.PROG, args.config],
                                                                            "audit_overhead"))
-  preflight.prepare_deviceless(args.target, args.devices)
+  with preflight.environment.answering(preflight.target_environment(args.target, args.devices)):
+    return _audit(args)
+
+
+def _audit(args: argparse.Namespace) -> int:
+  """The audit of `args`, with the target's environment answered."""
   config = preflight.load_config(args.config, args.overrides, args.devices)
   if not preflight._te_nvfp4(config):  # pylint: disable=protected-access
     preflight.fail(f"{args.config}: the audit needs an NVFP4 config on TE (quantization=te_nvfp4 or "

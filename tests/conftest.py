@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 import sys
@@ -93,15 +94,18 @@ def load_config():
 
 
 @pytest.fixture()
-def blackwell(monkeypatch: pytest.MonkeyPatch):
-  """The backend probe answers as a Blackwell node with TE (4 GPUs) for this test; returns `set(env)` to change it."""
+def blackwell():
+  """Backends are chosen as on a Blackwell node with TE (4 GPUs) for this test (`environment.answering`); yields
+  `set(env)` to answer with another environment."""
   from MaxText.backends import environment  # pylint: disable=import-outside-toplevel
 
-  def answer(env=None) -> None:
-    monkeypatch.setattr(environment, "probe_environment", lambda: env or helpers.blackwell_environment(4))
+  with contextlib.ExitStack() as stack:
 
-  answer()
-  return answer
+    def answer(env=None) -> None:
+      stack.enter_context(environment.answering(env or helpers.blackwell_environment(4)))
+
+    answer()
+    yield answer
 
 
 @pytest.fixture()

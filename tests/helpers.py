@@ -20,22 +20,14 @@ from typing import Any
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 CONFIGS_DIR = REPO_ROOT / "configs"
 TINY_YML = CONFIGS_DIR / "tiny.yml"
-#: The plugin's keys with their declared defaults (configs/base.yml repeats them; config_test checks both).
-PLUGIN_DEFAULTS: dict[str, Any] = {
-    "nvfp4_backend": "auto",
-    "nvfp4_attention_precision": "bf16",
-    "nvfp4_stochastic_rounding": True,
-    "nvfp4_2d_weight_scaling": True,
-    "nvfp4_nonfinite_check": True,
-    "nvfp4_mlp_precision": "nvfp4",
-    "nvfp4_moe_experts": "nvfp4",
-    "nvfp4_bf16_first_layers": 0,
-    "nvfp4_bf16_last_layers": 0,
-    "nvfp4_bf16_layers": [],
-    "nvfp4_bf16_from_step": None,
-    "nvfp4_bf16_forward_from_step": None,
-    "nvfp4_stats_interval": 0,
-}
+
+
+def plugin_defaults() -> dict[str, Any]:
+  """The plugin's keys with their defaults, as the schema declares them (configs/base.yml repeats them; config_test)."""
+  from MaxText.precision.keys import PluginKeys  # pylint: disable=import-outside-toplevel  # pydantic only
+
+  return PluginKeys().model_dump(mode="json")
+
 #: Where in-process config loads point maxtext's output directory (nothing is written there by a load).
 CONFIG_OUTPUT_DIR = "/tmp/nvfp4-config-test"
 
@@ -53,6 +45,16 @@ def load_config(yml: pathlib.Path | str = TINY_YML, *overrides: str) -> Any:
   given = {o.split("=", 1)[0] for o in overrides}
   defaults = [f"{k}={v}" for k, v in (("run_name", "t"), ("base_output_directory", CONFIG_OUTPUT_DIR)) if k not in given]
   return pyconfig.initialize(["train", str(yml), *defaults, *overrides])
+
+
+def settings(**fields: Any) -> Any:
+  """Settings of a te_nvfp4 run with the schema's defaults (no decoder layers), `fields` replaced: what a GEMM module
+  or a tool is handed, e.g. settings(recipe=GemmRecipe(rht=False), switches=Switches(from_step=3))."""
+  # pylint: disable-next=import-outside-toplevel  # jax: only tests that build GEMMs (the TE group sets its platform)
+  from MaxText.precision.keys import PluginKeys
+  from MaxText.precision.settings import Settings  # pylint: disable=import-outside-toplevel  # as above
+
+  return dataclasses.replace(Settings.of(PluginKeys(), quantization="te_nvfp4", num_layers=0), **fields)
 
 
 def blackwell_environment(gpus: int = 1, te_nvfp4_error: str | None = None) -> Any:

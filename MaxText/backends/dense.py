@@ -9,25 +9,22 @@ import flax.linen as nn
 
 from MaxText.backends import te
 from MaxText.backends.emulated import Nvfp4DotGeneral, UnquantizedDotGeneral
-from MaxText.nvfp4.gemm import GemmRecipe
 from MaxText.precision.modes import Backend
 from MaxText.precision.policy import Precision
-from MaxText.precision.switches import Switches
+from MaxText.precision.settings import Settings
 
 __all__ = ["implementation_name", "module_class"]
 
 
-def module_class(precision: Precision, backend: Backend, recipe: GemmRecipe,
-                 switches: Switches = Switches(), nonfinite_check: bool = True,
-                 stats_interval: int = 0) -> type[nn.Module]:
-  """The Linen module class that runs one GEMM; `switches` (BF16 layers, late BF16 steps) and `stats_interval`
-  (operand statistics every N steps) apply to NVFP4 only."""
+def module_class(precision: Precision, backend: Backend, settings: Settings) -> type[nn.Module]:
+  """The Linen module class that runs one GEMM in `precision` on `backend` (resolved); the recipe and the stages
+  around an NVFP4 GEMM (BF16 switches, statistics, guard) come from `settings`."""
   if precision is Precision.BF16:
     return UnquantizedDotGeneral
   if backend is Backend.TE:
-    return te.dot_general_cls(precision, recipe, nonfinite_check, switches, stats_interval)
+    return te.dot_general_cls(precision, settings)
   if precision is Precision.NVFP4:
-    return functools.partial(Nvfp4DotGeneral, recipe=recipe, switches=switches, stats_interval=stats_interval)
+    return functools.partial(Nvfp4DotGeneral, settings=settings)
   return nn.Fp8DirectDotGeneralOp  # maxtext's own fp8 (delayed scaling), as quantization=fp8 uses
 
 

@@ -3,7 +3,8 @@
 
 maxtext's DenseGeneral instantiates the class its quant object hands it with no arguments, wraps it in ToNNX and
 calls it as `dot_general(inputs, kernel, dimension_numbers, precision=None)` with only the "aqt" collection
-mutable; `UnquantizedDotGeneral` is the same call without quantization (BF16 GEMMs of an NVFP4 run).
+mutable; `UnquantizedDotGeneral` is the same call without quantization (BF16 GEMMs of an NVFP4 run). The NVFP4
+GEMM goes through the pipeline (MaxText.backends.pipeline) with `core` as its core.
 """
 
 from __future__ import annotations
@@ -13,13 +14,13 @@ from typing import Any, Protocol
 import flax.linen as nn
 import jax
 
-from MaxText.backends.flags import gemm_flags
+from MaxText.backends import pipeline
 from MaxText.backends.sr import sr_key
-from MaxText.backends.telemetry import with_stats
-from MaxText.nvfp4.gemm import GemmRecipe, nvfp4_dot_general, select_bf16
-from MaxText.precision.switches import Switches
+from MaxText.backends.stages import Core
+from MaxText.nvfp4.gemm import DimensionNumbers, GemmRecipe, nvfp4_dot_general, nvfp4_matmul
+from MaxText.precision.settings import Settings
 
-__all__ = ["DotGeneralModule", "Nvfp4DotGeneral", "UnquantizedDotGeneral", "unquantized"]
+__all__ = ["DotGeneralModule", "Nvfp4DotGeneral", "UnquantizedDotGeneral", "core", "unquantized"]
 
 
 class DotGeneralModule(Protocol):
@@ -34,28 +35,28 @@ def unquantized(dimension_numbers: Any, out_dtype: Any = None) -> Any:
   return lambda l, r: jax.lax.dot_general(l, r, dimension_numbers).astype(out_dtype or l.dtype)
 
 
-class Nvfp4DotGeneral(nn.Module):
-  """Emulated NVFP4 GEMM (pure JAX, MaxText.nvfp4.gemm) for one DenseGeneral."""
+def core(lhs: jax.Array, rhs: jax.Array, dimension_numbers: DimensionNumbers, recipe: GemmRecipe) -> Core:
+  """The emulated NVFP4 GEMM of lhs . rhs as the pipeline's core; its `extra` is the stochastic-rounding key. Its VJP
+  parts are the numerics' own (Nvfp4Matmul), so after the forward-only switch only the BF16 forward GEMM runs."""
+  parts = nvfp4_matmul(lhs, rhs, dimension_numbers, recipe)
+  return Core(call=lambda l, r, key: nvfp4_dot_general(l, r, dimension_numbers, key=key, recipe=recipe),
+              residuals=parts.residuals, fprop=parts.fprop, backward=parts.backward)
 
-  recipe: GemmRecipe = GemmRecipe()
-  switches: Switches = Switches()
-  stats_interval: int = 0  # nvfp4_stats_interval: operand statistics every N steps (MaxText.backends.telemetry)
+
+class Nvfp4DotGeneral(nn.Module):
+  """Emulated NVFP4 GEMM (pure JAX, MaxText.nvfp4.gemm) for one DenseGeneral, through the pipeline."""
+
+  settings: Settings
 
   @nn.compact
   def __call__(self, lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None):
     del precision, preferred_element_type  # NVFP4 fixes both: FP4 operands, f32 accumulation, lhs dtype out
-    key = sr_key(self) if self.recipe.stochastic_rounding else None
-    all_bf16, forward_bf16 = gemm_flags(self, self.switches)
-
-    def nvfp4(lhs, rhs, extra):
-      key, forward_bf16 = extra
-      return nvfp4_dot_general(lhs, rhs, dimension_numbers, key=key, recipe=self.recipe,
-                               forward_bf16=False if forward_bf16 is None else forward_bf16)
-
-    nvfp4, extra = with_stats(self, nvfp4, (key, forward_bf16), dimension_numbers, self.recipe,
-                              self.stats_interval)
-    # A BF16 layer, or past nvfp4_bf16_from_step: the GEMM UnquantizedDotGeneral runs, forward and backward.
-    return select_bf16(all_bf16, unquantized(dimension_numbers), lambda l, r: nvfp4(l, r, extra), lhs, rhs)
+    recipe = self.settings.recipe
+    key = sr_key(self) if recipe.stochastic_rounding else None
+    state, sinks = pipeline.stages_of(self, self.settings, guard=False)
+    bf16 = unquantized(dimension_numbers)
+    gemm = pipeline.inner(core(lhs, rhs, dimension_numbers, recipe), state, bf16, dimension_numbers)
+    return pipeline.outer(gemm, state, bf16)(lhs, rhs, (key, sinks))
 
 
 class UnquantizedDotGeneral(nn.Module):

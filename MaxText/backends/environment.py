@@ -2,12 +2,19 @@
 """Chooses the NVFP4 backend: TransformerEngine on Blackwell, the pure-JAX emulation elsewhere.
 
 `auto` never falls back silently: the choice and its reason are logged in one line. `te` where TE cannot run
-is an error raised when the model is built, before anything compiles.
+is an error raised when the config loads, before anything compiles.
+
+The choice is made against an `Environment`: this machine's (`probe_environment`, probed once per process), or one
+a caller answers with for a machine that is not here (`answering`: the pre-flight compiles for B200s on a CPU).
 """
 
+import contextlib
+import contextvars
 import dataclasses
+import functools
 import importlib
 import logging
+from collections.abc import Iterator
 
 import jax
 
@@ -49,8 +56,10 @@ def te_nvfp4_support_error() -> str | None:
   return None if supported else (reason or "TransformerEngine reports NVFP4 unsupported")
 
 
+@functools.cache
 def probe_environment() -> Environment:
-  """Imports transformer_engine.jax (if installed), reads every local GPU's compute capability, and asks TE."""
+  """Imports transformer_engine.jax (if installed), reads every local GPU's compute capability, and asks TE; once
+  per process (the GPUs and the installed TE do not change while it runs)."""
   try:
     importlib.import_module("transformer_engine.jax")
     te_error = None
@@ -70,6 +79,26 @@ def probe_environment() -> Environment:
   return Environment(te_error, capabilities, te_nvfp4_error)
 
 
+_ANSWER: contextvars.ContextVar[Environment | None] = contextvars.ContextVar("nvfp4_environment", default=None)
+
+
+@contextlib.contextmanager
+def answering(env: Environment) -> Iterator[Environment]:
+  """Within the block, `current()` is `env` instead of this machine's: configs load and models build as they would
+  on the machine `env` describes (the pre-flight's target GPUs)."""
+  token = _ANSWER.set(env)
+  try:
+    yield env
+  finally:
+    _ANSWER.reset(token)
+
+
+def current() -> Environment:
+  """The environment backends are chosen against: the one being answered (`answering`), else this machine's."""
+  answer = _ANSWER.get()
+  return answer if answer is not None else probe_environment()
+
+
 def _te_unavailable_reason(env: Environment) -> str | None:
   if env.te_error is not None:
     return f"transformer_engine.jax does not import ({env.te_error}); ./setup.sh --gpu installs it"
@@ -83,8 +112,8 @@ def _te_unavailable_reason(env: Environment) -> str | None:
   return None
 
 
-def resolve_backend(requested: Backend | str, env: Environment | None = None) -> Backend:
-  """Returns TE or EMULATED for the configured `nvfp4_backend`.
+def resolve_backend(requested: Backend | str, env: Environment) -> Backend:
+  """Returns TE or EMULATED for the configured `nvfp4_backend` in the environment `env` (usually `current()`).
 
   Raises:
     ValueError: nvfp4_backend=te where TE cannot run (names the reason and the emulated alternative).
@@ -92,7 +121,6 @@ def resolve_backend(requested: Backend | str, env: Environment | None = None) ->
   requested = Backend(requested)
   if requested is Backend.EMULATED:
     return Backend.EMULATED
-  env = env or probe_environment()
   reason = _te_unavailable_reason(env)
   if requested is Backend.TE:
     if reason:

@@ -34,21 +34,18 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from MaxText.backends.environment import Environment, resolve_backend
-from MaxText.backends.flags import gemm_flags
+from MaxText.backends import emulated, pipeline
+from MaxText.backends.emulated import unquantized
 from MaxText.backends.sr import sr_key
-from MaxText.backends.telemetry import STATS_COLLECTION, STATS_NAME, stats_flag
+from MaxText.backends.stages import Core
 from MaxText.nvfp4 import grouped
-from MaxText.nvfp4.gemm import GemmRecipe, select_bf16
-from MaxText.nvfp4.stats import empty_gemm_stats
+from MaxText.nvfp4.gemm import GemmRecipe
 from MaxText.precision.modes import Backend
 from MaxText.precision.policy import Precision
 from MaxText.precision.settings import Settings
-from MaxText.precision.switches import Switches
 
 __all__ = ["EXPERT_GEMMS", "ExpertCall", "ExpertGemms", "ExpertState", "JAX_RAGGED_DOT", "TE_MISSING", "active_call",
-           "config_error", "expert_call", "expert_einsum", "expert_gemms", "expert_plan", "grouped_gemm",
-           "is_expert_kernel"]
+           "expert_call", "expert_einsum", "expert_gemms", "expert_plan", "grouped_gemm", "is_expert_kernel"]
 
 #: `quant.einsum(mesh_axes=...)` serves two kinds of right-hand sides in RoutedMoE.dense_matmul: expert kernels,
 #: always 3-D (E, K, N) with axes such as ("exp", "embed_moe", "mlp_moe"), ("exp", None, "mlp") (capacity path),
@@ -64,15 +61,19 @@ EXPERT_GEMMS = ("wi_0", "wi_1", "wo")
 
 @dataclasses.dataclass(frozen=True)
 class ExpertGemms:
-  """One backend's expert GEMMs: grouped (ragged_dot layout) and batched (einsum layout); see nvfp4/grouped.py."""
+  """One backend's expert GEMMs: grouped (ragged_dot layout) and batched (einsum layout), each mapping one expert's
+  GEMM (the pipeline around `core`) over the experts; see nvfp4/grouped.py."""
 
   name: str
-  grouped: Callable[..., jax.Array]  # (x, w, group_sizes, *, key, recipe) -> y
-  batched: Callable[..., jax.Array]  # (x, w, *, key, recipe) -> y[e]
+  grouped: Callable[..., jax.Array]  # (x, w, group_sizes, *, key, recipe, gemm, extra) -> y
+  batched: Callable[..., jax.Array]  # (x, w, *, key, recipe, gemm, extra) -> y[e]
+  core: Callable[..., Core]  # (x_e, w_e, dimension_numbers, recipe) -> one expert's core GEMM
 
 
+#: One expert's GEMM x_e (rows, K) . w_e (K, N), as MaxText.nvfp4.grouped hands it.
+EXPERT_DIMS = (((1,), (0,)), ((), ()))
 _EMULATED = ExpertGemms("MaxText.nvfp4.grouped emulation (per-expert amax)", grouped.grouped_matmul,
-                        grouped.batched_expert_matmul)
+                        grouped.batched_expert_matmul, emulated.core)
 #: Why the TE backend has no NVFP4 expert GEMMs (NVFP4_SPEC.md §8).
 TE_MISSING = ("TransformerEngine 2.20.2's JAX grouped GEMM supports BF16, FP8 and MXFP8 only (no NVFP4), and "
               "maxtext's te_moe_block accepts te_mxfp8 or te_no_quant only")
@@ -96,83 +97,53 @@ def expert_plan(precision: Precision, backend: Backend) -> tuple[Precision, str]
   return precision, (gemms.name if gemms else f"none: {TE_MISSING}")
 
 
-def config_error(config: Any, settings: Settings, env: Environment | None = None) -> str | None:
-  """Why this config cannot run NVFP4 routed experts (one line naming keys, values and what works), or None.
-
-  Checked when the config loads: routed experts (num_experts > 1) whose MLP precision asks for NVFP4. `config`
-  gives the model's MoE keys, `settings` the plugin's; `env` describes TE and the GPUs (probed when None) for
-  resolving nvfp4_backend=te/auto.
-  """
-  num_experts = int(getattr(config, "num_experts", 1) or 1)
-  if num_experts <= 1 or settings.experts is Precision.BF16:
-    return None
-  where = f"quantization={settings.quantization} with num_experts={num_experts}"
-  backend = settings.backend.value
-  if settings.backend is not Backend.EMULATED:
-    resolved = resolve_backend(backend, env)  # "te" where TE cannot run raises its own one-line error
-    if expert_gemms(resolved) is None:
-      return (f"{where} and nvfp4_backend={backend} (-> {resolved.value}): no NVFP4 expert GEMMs on this backend "
-              f"({TE_MISSING}). Set nvfp4_moe_experts=bf16 (experts BF16, dense GEMMs NVFP4) or "
-              "nvfp4_backend=emulated.")
-  unsupported = [(key, getattr(config, key, None), why) for key, why in (
-      ("ici_expert_parallelism", "expert parallelism"), ("dcn_expert_parallelism", "expert parallelism"),
-      ("num_moe_emb_chunks", "chunked expert GEMMs"), ("use_ring_of_experts", "ring of experts"),
-      ("te_moe_block", "TE's MoE block")) if (getattr(config, key, 0) or 0) not in (0, 1, False)]
-  if unsupported:
-    key, value, why = unsupported[0]
-    return (f"{where}: {key}={value} ({why}) is not supported with NVFP4 experts. Unset it, or set "
-            "nvfp4_moe_experts=bf16.")
-  for key in ("emb_dim", "moe_mlp_dim"):
-    size = int(getattr(config, key, 0) or 0)
-    if size % 16:
-      return (f"{where}: {key}={size} is not a multiple of 16 (NVFP4 blocks every expert GEMM dim by 16). Use a "
-              "multiple of 16, or nvfp4_moe_experts=bf16.")
-  return None
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # The expert GEMMs of one RoutedMoE call.
 
 
 @dataclasses.dataclass
 class ExpertCall:
-  """What the GEMMs of the RoutedMoE call being traced need: implementation, recipe, key, the BF16 switches
-  (traced bools or None, flags.gemm_flags) and a call counter."""
+  """What the expert GEMMs of the RoutedMoE call being traced need: implementation, recipe, stochastic-rounding key,
+  the pipeline's per-call state with the layer's statistics sinks (ExpertState), and a call counter."""
 
   gemms: ExpertGemms
   recipe: GemmRecipe
   key: jax.Array | None
-  all_bf16: jax.Array | None
-  forward_bf16: jax.Array | None
+  state: pipeline.Stages
+  sinks: tuple[jax.Array, ...] = ()  # each (len(EXPERT_GEMMS), E, ...): one slot per expert GEMM of the layer
   calls: Any = dataclasses.field(default_factory=itertools.count)
   gemms_run: int = 0  # expert GEMMs that went through the hooks in this call
-  stats: tuple[jax.Array, jax.Array] | None = None  # (sink: EXPERT_GEMMS x E x 5 x 4, flag): nvfp4_stats_interval
 
   def next_key(self) -> jax.Array | None:
     """A distinct key per expert GEMM of the layer (wi_0, wi_1, wo, in call order)."""
     return None if self.key is None else jax.random.fold_in(self.key, next(self.calls))
 
-  def run(self, nvfp4: Callable[..., jax.Array], bf16: Callable[..., jax.Array], *operands: jax.Array) -> jax.Array:
-    """One expert GEMM: counted, keyed, and NVFP4 or (BF16 layer / past nvfp4_bf16_from_step) unquantized.
+  def run(self, layout: Callable[..., jax.Array], bf16: Callable[..., jax.Array], *operands: jax.Array) -> jax.Array:
+    """One expert GEMM of the layer through the pipeline: counted, keyed, each expert's GEMM in NVFP4 with the
+    inner stages (per expert), all of them or (BF16 layer / past nvfp4_bf16_from_step) the unquantized `bf16`.
 
-    `nvfp4(*operands, key=, recipe=, forward_bf16=)` is the NVFP4 GEMM, `bf16(*operands)` the unquantized one.
+    `layout(*operands, key=, recipe=, gemm=, extra=)` maps one expert's GEMM over the experts
+    (MaxText.nvfp4.grouped), `bf16(*operands)` is the unquantized GEMM of all experts.
     """
     index = self.gemms_run
     self.gemms_run += 1
     key = self.next_key()
-    forward_bf16 = False if self.forward_bf16 is None else self.forward_bf16
-    stats = None
-    if self.stats is not None:
-      sink, flag = self.stats
-      if index >= sink.shape[0]:
-        raise NotImplementedError(f"NVFP4 expert statistics: this RoutedMoE call runs more than {sink.shape[0]} "
-                                  "expert GEMMs (wi_0, wi_1, wo); set nvfp4_stats_interval=0 for this model.")
-      stats = (sink[index], flag)
+    if self.sinks and index >= self.sinks[0].shape[0]:
+      raise NotImplementedError(f"NVFP4 expert statistics: this RoutedMoE call runs more than "
+                                f"{self.sinks[0].shape[0]} expert GEMMs (wi_0, wi_1, wo); set nvfp4_stats_interval=0 "
+                                "for this model.")
+    sinks = tuple(sink[index] for sink in self.sinks)  # (E, ...) each: one expert's slice per vmapped GEMM
 
-    def quantized(*ops):
-      return nvfp4(*ops, key=key, recipe=self.recipe, forward_bf16=forward_bf16, stats=stats)
+    def per_expert(x_e, w_e, key_e, sinks_e):
+      bf16_e = unquantized(EXPERT_DIMS)
+      gemm = pipeline.inner(self.gemms.core(x_e, w_e, EXPERT_DIMS, self.recipe), self.state, bf16_e, EXPERT_DIMS)
+      return gemm(x_e, w_e, (key_e, sinks_e))
 
-    return select_bf16(self.all_bf16, bf16, quantized, *operands)
+    def nvfp4(*ops_and_extra):
+      *ops, extra = ops_and_extra
+      return layout(*ops, key=key, recipe=self.recipe, gemm=per_expert, extra=extra)
+
+    return pipeline.outer(nvfp4, self.state, bf16)(*operands, sinks)
 
 
 _ACTIVE: contextvars.ContextVar[ExpertCall | None] = contextvars.ContextVar("nvfp4_expert_call", default=None)
@@ -195,30 +166,19 @@ def expert_call(call: ExpertCall) -> Iterator[ExpertCall]:
 
 class ExpertState(nn.Module):
   """A RoutedMoE layer's NVFP4 expert state, bridged into NNX by the integration layer: the stochastic-rounding
-  key (sr.sr_key: rng stream plus a checkpointed call counter) and the BF16 switches (flags.gemm_flags: this
-  layer's decoder index, written after model build, and the training step), as (key or None, all_bf16,
-  forward_bf16)."""
+  key (sr.sr_key: rng stream plus a checkpointed call counter) and the pipeline's per-call state (pipeline.stages_of:
+  this layer's decoder index and the training step for the BF16 switches; one statistics slot per expert GEMM and
+  expert), as (key or None, Stages, sinks)."""
 
-  stochastic_rounding: bool
-  switches: Switches
-  num_experts: int = 0
-  stats_interval: int = 0  # nvfp4_stats_interval: per-expert operand statistics of each expert GEMM
+  settings: Settings
+  num_experts: int
 
   @nn.compact
-  def __call__(self) -> tuple[jax.Array | None, jax.Array | None, jax.Array | None,
-                              tuple[jax.Array, jax.Array] | None]:
-    key = sr_key(self) if self.stochastic_rounding else None
-    return (key, *gemm_flags(self, self.switches), self._stats())
-
-  def _stats(self) -> tuple[jax.Array, jax.Array] | None:
-    """(sink, flag) for the layer's expert GEMMs: a statistics variable per expert GEMM and expert, in maxtext's
-    `_overwrite_with_gradient` collection (MaxText.backends.telemetry), and the statistics-step flag."""
-    if not self.stats_interval:
-      return None
-    sink = self.variable(STATS_COLLECTION, STATS_NAME, lambda: jnp.tile(empty_gemm_stats(),
-                                                                        (len(EXPERT_GEMMS), self.num_experts, 1, 1)))
-    flag = stats_flag(self.stats_interval)
-    return None if flag is None or self.is_initializing() else (sink.value, flag)
+  def __call__(self) -> tuple[jax.Array | None, pipeline.Stages, tuple[jax.Array, ...]]:
+    key = sr_key(self) if self.settings.recipe.stochastic_rounding else None
+    state, sinks = pipeline.stages_of(self, self.settings, guard=False,
+                                      sink_shape=(len(EXPERT_GEMMS), self.num_experts))
+    return key, state, sinks
 
 
 def grouped_gemm(call: ExpertCall, lhs: jax.Array, rhs: jax.Array, group_sizes: jax.Array,

@@ -18,7 +18,7 @@ from MaxText.integration import flops, layers, plan, run_record
 from MaxText.integration.config import NVFP4Config
 from MaxText.integration.quant import quantization_from_config
 from MaxText.precision.modes import is_nvfp4
-from MaxText.precision.settings import Settings
+from MaxText.integration.settings import settings_of
 
 __all__ = ["wrap_configure_quantization", "wrap_initialize", "wrap_maybe_quantize_model", "wrap_train_loop"]
 
@@ -93,7 +93,7 @@ def wrap_maybe_quantize_model(original: Callable[..., Any]) -> Callable[..., Any
     config = signature.bind(*args, **kwargs).arguments["config"]
     model = original(*args, **kwargs)
     if is_nvfp4(getattr(config, "quantization", None)):  # other modes: nothing of ours, nothing read
-      if Settings.from_config(config).switches.per_layer:
+      if settings_of(config).switches.per_layer:
         layers.assign_layer_indices(model, int(getattr(config, "first_num_dense_layers", 0) or 0))
       directory = run_record.current_training_run()
       if directory is not None:  # the plan file and table come from training runs only

@@ -112,9 +112,8 @@ def wrap_routed_moe_init(original: Callable[..., Any]) -> Callable[..., Any]:
   def __init__(self, *args, **kwargs):  # pylint: disable=invalid-name
     original(self, *args, **kwargs)
     if _nvfp4_experts(self):
-      state = nnx_wrappers.ToNNX(experts.ExpertState(
-          stochastic_rounding=self.quant.policy.recipe.stochastic_rounding, switches=self.quant.switches,
-          num_experts=int(self.num_experts), stats_interval=self.quant.stats_interval), rngs=self.rngs)
+      state = nnx_wrappers.ToNNX(experts.ExpertState(settings=self.quant.settings, num_experts=int(self.num_experts)),
+                                 rngs=self.rngs)
       state.lazy_init()
       setattr(self, STATE_ATTR, state)
 
@@ -132,8 +131,8 @@ def wrap_routed_moe_call(original: Callable[..., Any]) -> Callable[..., Any]:
     if gemms is None:  # the config validator refuses this first; kept as the last line of defence
       raise NotImplementedError(f"NVFP4 routed experts on the {self.quant.backend.value} backend: "
                                 f"{experts.TE_MISSING}. Set nvfp4_moe_experts=bf16.")
-    key, all_bf16, forward_bf16, stats = getattr(self, STATE_ATTR)(mutable=["aqt"])
-    call = experts.ExpertCall(gemms, self.quant.policy.recipe, key, all_bf16, forward_bf16, stats=stats)
+    key, state, sinks = getattr(self, STATE_ATTR)(mutable=["aqt"])
+    call = experts.ExpertCall(gemms, self.quant.settings.recipe, key, state, sinks)
     with experts.expert_call(call), _routed_ragged_dot():
       out = original(self, *args, **kwargs)
     if call.gemms_run == 0:  # maxtext took an expert path the hooks do not cover: never silently unquantized

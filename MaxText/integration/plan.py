@@ -104,7 +104,7 @@ def check(quant: Nvfp4Quantization, entries: list[PlanEntry]) -> None:
   """
   if quant.policy.mlp is not Precision.NVFP4:
     return
-  experts_opted_out = getattr(quant, "experts_opted_out", False)
+  experts_opted_out = quant.settings.experts_opted_out
   silent = [e.module for e in entries if e.kind == "experts" and e.precision != "nvfp4" and not experts_opted_out]
   if silent:
     raise PlanError(f"quantization=te_nvfp4 builds routed experts that would train unquantized ({', '.join(silent)})"
@@ -140,8 +140,8 @@ def report(model: Any, output_dir: str, flops: dict[str, float] | None = None) -
   check(quant, entries)
   mlp = quant.policy.mlp.value
   payload = json.dumps({"backend": quant.backend.value, "recipe": dataclasses.asdict(quant.policy.recipe),
-                        "switches": quant.switches.describe(),
-                        "decoder_layers_mlp": switches.layer_precisions(quant.switches, mlp),
+                        "switches": quant.settings.switches.describe(),
+                        "decoder_layers_mlp": switches.layer_precisions(quant.settings.switches, mlp),
                         "gemms": [dataclasses.asdict(e) for e in entries], "flops": flops}, indent=2)
   if (output_dir, payload) in _reported:
     return entries
@@ -152,5 +152,5 @@ def report(model: Any, output_dir: str, flops: dict[str, float] | None = None) -
   counts = {p: sum(e.precision == p for e in entries) for p in ("nvfp4", "fp8", "bf16")}
   print(f"NVFP4 precision plan ({quant.backend.value} backend; {counts['nvfp4']} nvfp4, {counts['fp8']} fp8, "
         f"{counts['bf16']} bf16 GEMM modules; written to {path}):\n{format_table(entries)}\n"
-        f"{switches.summary(quant.switches, mlp)}", flush=True)
+        f"{switches.summary(quant.settings.switches, mlp)}", flush=True)
   return entries

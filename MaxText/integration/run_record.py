@@ -27,7 +27,7 @@ from typing import Any
 from etils import epath
 
 from MaxText.precision.modes import NVFP4_MODES
-from MaxText.precision.settings import Settings
+from MaxText.integration.settings import settings_of
 
 _LOG = logging.getLogger(__name__)
 RECORD_FILE = "nvfp4_run.json"
@@ -68,7 +68,7 @@ def _has_checkpoint(directory: epath.Path) -> bool:
 def note_resume(config: Any) -> dict[str, Any] | None:
   """Compares this run's settings with the run directory's record; logs and records a change. Returns the change."""
   directory = epath.Path(run_dir(config))
-  settings = Settings.from_config(config)
+  settings = settings_of(config)
   now = json.loads(json.dumps(dict(settings.record)))  # as the record file holds it (lists, not tuples)
   record = directory / RECORD_FILE
   recorded = record.exists()

@@ -22,6 +22,7 @@ import jax.numpy as jnp
 from MaxText.backends.flags import step_scope
 from MaxText.integration.telemetry import stats_metrics
 from MaxText.precision.modes import is_nvfp4
+from MaxText.integration.settings import settings_of
 from MaxText.precision.settings import Settings
 
 __all__ = ["wrap_iteration", "wrap_step"]
@@ -67,7 +68,7 @@ def _with_stats_metrics(out: Any, config: Any) -> Any:
   if not (is_nvfp4(getattr(config, "quantization", None)) and isinstance(out, tuple) and len(out) == 2
           and isinstance(out[1], dict) and isinstance(out[1].get("scalar"), dict)):
     return out
-  settings = Settings.from_config(config)
+  settings = settings_of(config)
   if not settings.stats_interval:
     return out
   state, metrics = out
@@ -89,7 +90,7 @@ def wrap_iteration(iteration: Callable[..., Any]) -> Callable[..., Any]:
     bound = signature.bind(*args, **kwargs).arguments
     config = bound["immutable_data"].get("config")
     if is_nvfp4(getattr(config, "quantization", None)):  # once per step, host side: other modes pay nothing
-      _log_when_reached(Settings.from_config(config), int(bound["python_vars"]["step"]))
+      _log_when_reached(settings_of(config), int(bound["python_vars"]["step"]))
     return iteration(*args, **kwargs)
 
   return wrapped

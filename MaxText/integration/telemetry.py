@@ -2,11 +2,11 @@
 """Per-GEMM quantization statistics into maxtext's metrics: `nvfp4/layer_03/mlp/wo/wgrad_dy/underflow`.
 
 The GEMMs leave their latest statistics in `nvfp4_stats` variables of the train state
-(MaxText.backends.telemetry). After maxtext's train_step, inside the same compiled step, `stats_metrics` reads
+(MaxText.backends.pipeline). After maxtext's train_step, inside the same compiled step, `stats_metrics` reads
 them into the step's scalar metrics, one scalar per decoder layer, GEMM, operand and statistic; maxtext then
 writes them where it writes every scalar (TensorBoard, `metrics_file`, GCS, W&B). The values are the same arrays
-on every step, refreshed only on statistics steps, so `filter_written_metrics` drops them on the host from every
-other step's record (and from eval records): a statistic appears at steps 0, N, 2N, ... only.
+on every step, refreshed only on statistics steps (Settings.is_stats_step), so `filter_written_metrics` drops them on
+the host from every other step's record (and from eval records): a statistic appears at steps 0, N, 2N, ... only.
 """
 
 from __future__ import annotations
@@ -20,13 +20,14 @@ import jax
 import jax.numpy as jnp
 
 from MaxText.backends.experts import EXPERT_GEMMS
-from MaxText.backends.telemetry import STATS_NAME
+from MaxText.backends.pipeline import STATS_NAME
 from MaxText.integration.layers import layer_indices
 from MaxText.nvfp4.stats import GEMM_OPERANDS, STAT_NAMES
 from MaxText.precision.modes import is_nvfp4
+from MaxText.integration.settings import settings_of
 from MaxText.precision.settings import Settings
 
-__all__ = ["PREFIX", "filter_written_metrics", "is_stats_step", "metric_name", "stats_metrics"]
+__all__ = ["PREFIX", "filter_written_metrics", "metric_name", "stats_metrics"]
 
 #: Every statistic's metric name starts with it.
 PREFIX = "nvfp4/"
@@ -89,13 +90,6 @@ def _expert_stack_metrics(layer: int, gemm: tuple[str, ...], values: jax.Array) 
   return out
 
 
-def is_stats_step(settings: Settings, step: int) -> bool:
-  """Whether training step `step` measured the statistics (and is before an all-BF16 switch)."""
-  interval = settings.stats_interval
-  late = settings.switches.from_step
-  return bool(interval) and step % interval == 0 and (late is None or step < late)
-
-
 def filter_written_metrics(write: Callable[..., Any]) -> Callable[..., Any]:
   """Wraps maxtext's MetricLogger.write_metrics: `nvfp4/` scalars are written only for statistics steps."""
   signature = inspect.signature(write)
@@ -108,7 +102,7 @@ def filter_written_metrics(write: Callable[..., Any]) -> Callable[..., Any]:
     if scalars and any(k.startswith(PREFIX) for k in scalars):
       config = bound.arguments["self"].config
       keep = (bound.arguments.get("metric_type", "train") == "train" and is_nvfp4(config.quantization)
-              and is_stats_step(Settings.from_config(config), int(step)))
+              and settings_of(config).is_stats_step(int(step)))
       if not keep:
         bound.arguments["metrics"] = {**metrics, "scalar": {k: v for k, v in scalars.items()
                                                             if not k.startswith(PREFIX)}}

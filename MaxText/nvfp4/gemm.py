@@ -14,8 +14,11 @@ The residuals saved for the backward pass are the quantized wgrad/dgrad operands
 (checkpoint_name) for maxtext's remat policies.
 
 The four parts, as in qwix's dot_general_qt: `nvfp4_dot_general` (public, any dimension numbers without
-batch dims) -> `_matmul` (custom_vjp on lhs and rhs as given; `_Layout` maps them onto the 2D x . W and the
-gradients back) = `_matmul_fwd` + `_matmul_bwd`.
+batch dims) -> `_matmul` (custom_vjp on lhs and rhs as given) = `_matmul_fwd` + `_matmul_bwd`, both built from
+`Nvfp4Matmul`: one GEMM's layout (`_Layout` maps lhs and rhs onto the 2D x . W and the gradients back) and recipe,
+with its three parts public: `residuals` (the quantized operands the backward keeps), `fprop` and `backward`. A
+caller composing its own VJP around the GEMM (the training pipeline's forward-only switch, MaxText.backends) uses
+those parts; the numerics hold no training policy of their own.
 """
 
 import dataclasses
@@ -114,18 +117,6 @@ class _Layout:
 _Residuals = tuple[BlockScaled, BlockScaled, jax.Array | None]
 
 
-def select_bf16(flag: jax.Array | None, bf16: Callable[..., Any], nvfp4: Callable[..., Any], *operands: Any) -> Any:
-  """`nvfp4(*operands)`, or `bf16(*operands)` where the traced bool `flag` is true.
-
-  The one form of every BF16 fallback (BF16 layers, the late switch, the forward-only switch, on every backend):
-  `jax.lax.cond`, not a select, so only one branch runs per step while both are compiled once into one program;
-  `flag=None` (no switch applies) traces no conditional at all.
-  """
-  if flag is None:
-    return nvfp4(*operands)
-  return jax.lax.cond(flag, bf16, nvfp4, *operands)
-
-
 def _fprop_nvfp4(x: jax.Array, wq_dgrad: BlockScaled, w: jax.Array, recipe: GemmRecipe) -> jax.Array:
   """y = x . W on NVFP4 operands: x 1D along K; W the dgrad copy's 2D tiles, or 1D along K."""
   xq = _quantized(x, Scaling.ONE_D)  # (M, K) along K
@@ -134,44 +125,54 @@ def _fprop_nvfp4(x: jax.Array, wq_dgrad: BlockScaled, w: jax.Array, recipe: Gemm
   return _product(xq, wq_fprop, (1, 0)).astype(x.dtype)
 
 
-def _matmul_fwd(
-    lhs: jax.Array, rhs: jax.Array, key: jax.Array | None, forward_bf16: jax.Array | None, layout: _Layout,
-    recipe: GemmRecipe
-) -> tuple[jax.Array, _Residuals]:
-  """fprop, and the quantized operands the backward pass needs (x^T along M with RHT; W along N).
+@dataclasses.dataclass(frozen=True)
+class Nvfp4Matmul:
+  """One NVFP4 GEMM y = lhs . rhs (a layout and a recipe; static, hashable) as its three VJP parts.
 
-  With forward_bf16 (a traced bool) the output is the unquantized `lax.dot_general(lhs, rhs)` instead, picked by
-  `lax.cond` so that only one of the two forward GEMMs runs; the residuals are the same either way.
+  residuals(lhs, rhs, key): the quantized operands the backward needs: x^T along M (RHT where the recipe applies it)
+    and W along N (the 2D tiles fprop shares), with the stochastic-rounding key; named "quantization" for remat.
+  fprop(lhs, rhs, residuals): the forward GEMM; x is quantized along K here, W comes from the residuals (2D).
+  backward(residuals, dy): (dlhs, drhs); dY is quantized twice (along N; along M with RHT), both with SR.
   """
-  x, w = layout.matrices(lhs, rhs)
-  wq_dgrad = _quantized(w, Scaling.TWO_D if recipe.weight_2d else Scaling.ONE_D)  # (K, N): along N
-  y = select_bf16(forward_bf16, lambda: jax.lax.dot_general(lhs, rhs, layout.dimension_numbers).astype(lhs.dtype),
-                  lambda: _fprop_nvfp4(x, wq_dgrad, w, recipe).reshape(layout.out_shape))
-  xq_wgrad = _quantized(x, Scaling.ONE_D, rht=recipe.rht, axis=0)  # x^T along M: (M, K) blocked along axis 0
-  return y, (checkpoint_name(xq_wgrad, QUANTIZATION_NAME), checkpoint_name(wq_dgrad, QUANTIZATION_NAME), key)
+
+  layout: _Layout
+  recipe: GemmRecipe
+
+  def residuals(self, lhs: jax.Array, rhs: jax.Array, key: jax.Array | None) -> _Residuals:
+    x, w = self.layout.matrices(lhs, rhs)
+    wq_dgrad = _quantized(w, Scaling.TWO_D if self.recipe.weight_2d else Scaling.ONE_D)  # (K, N): along N
+    xq_wgrad = _quantized(x, Scaling.ONE_D, rht=self.recipe.rht, axis=0)  # x^T along M: (M, K) blocked along 0
+    return checkpoint_name(xq_wgrad, QUANTIZATION_NAME), checkpoint_name(wq_dgrad, QUANTIZATION_NAME), key
+
+  def fprop(self, lhs: jax.Array, rhs: jax.Array, residuals: _Residuals) -> jax.Array:
+    x, w = self.layout.matrices(lhs, rhs)
+    return _fprop_nvfp4(x, residuals[1], w, self.recipe).reshape(self.layout.out_shape)
+
+  def backward(self, residuals: _Residuals, dy: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """dY has y's dtype, which is lhs's, so dx takes dy.dtype; dW takes the kernel's dtype (f32 master weights)."""
+    xq_wgrad, wq_dgrad, key = residuals
+    dy = dy.reshape(-1, wq_dgrad.values.shape[1])  # (M, N)
+    key_dgrad, key_wgrad = jax.random.split(key) if self.recipe.stochastic_rounding else (None, None)
+    dyq = _quantized(dy, Scaling.ONE_D, key=key_dgrad)  # (M, N) along N
+    dx = _product(dyq, wq_dgrad, (1, 1)).astype(dy.dtype)  # (M, N) . (K, N)^T
+    dyq_t = _quantized(dy, Scaling.ONE_D, rht=self.recipe.rht, key=key_wgrad, axis=0)  # dY^T along M, in place
+    dw = _product(xq_wgrad, dyq_t, (0, 0)).astype(self.layout.w_dtype)  # (M, K)^T . (M, N)
+    return self.layout.unmatrices(dx, dw)
 
 
-def _matmul_bwd(
-    layout: _Layout, recipe: GemmRecipe, residuals: _Residuals, dy: jax.Array
-) -> tuple[jax.Array, jax.Array, None, None]:
-  """dgrad dY . W^T and wgrad x^T . dY; dY is quantized twice (along N; along M with RHT), both with SR.
-
-  dY has y's dtype, which is lhs's, so dx takes dy.dtype; dW takes the kernel's dtype (f32 master weights).
-  """
-  xq_wgrad, wq_dgrad, key = residuals
-  dy = dy.reshape(-1, wq_dgrad.values.shape[1])  # (M, N)
-  key_dgrad, key_wgrad = jax.random.split(key) if recipe.stochastic_rounding else (None, None)
-  dyq = _quantized(dy, Scaling.ONE_D, key=key_dgrad)  # (M, N) along N
-  dx = _product(dyq, wq_dgrad, (1, 1)).astype(dy.dtype)  # (M, N) . (K, N)^T
-  dyq_t = _quantized(dy, Scaling.ONE_D, rht=recipe.rht, key=key_wgrad, axis=0)  # dY^T along M, in place: (M, N)
-  dw = _product(xq_wgrad, dyq_t, (0, 0)).astype(layout.w_dtype)  # (M, K)^T . (M, N)
-  return (*layout.unmatrices(dx, dw), None, None)
+def _matmul_fwd(lhs: jax.Array, rhs: jax.Array, key: jax.Array | None,
+                gemm: Nvfp4Matmul) -> tuple[jax.Array, _Residuals]:
+  residuals = gemm.residuals(lhs, rhs, key)
+  return gemm.fprop(lhs, rhs, residuals), residuals
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5))
-def _matmul(lhs: jax.Array, rhs: jax.Array, key: jax.Array | None, forward_bf16: jax.Array | None, layout: _Layout,
-            recipe: GemmRecipe) -> jax.Array:
-  return _matmul_fwd(lhs, rhs, key, forward_bf16, layout, recipe)[0]
+def _matmul_bwd(gemm: Nvfp4Matmul, residuals: _Residuals, dy: jax.Array) -> tuple[jax.Array, jax.Array, None]:
+  return (*gemm.backward(residuals, dy), None)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
+def _matmul(lhs: jax.Array, rhs: jax.Array, key: jax.Array | None, gemm: Nvfp4Matmul) -> jax.Array:
+  return _matmul_fwd(lhs, rhs, key, gemm)[0]
 
 
 _matmul.defvjp(_matmul_fwd, _matmul_bwd)
@@ -209,6 +210,18 @@ def as_matrices(lhs: jax.Array, rhs: jax.Array, dimension_numbers: DimensionNumb
   return jnp.transpose(lhs, lhs_perm).reshape(-1, k), jnp.transpose(rhs, rhs_perm).reshape(k, -1)
 
 
+def nvfp4_matmul(lhs: jax.Array, rhs: jax.Array, dimension_numbers: DimensionNumbers,
+                 recipe: GemmRecipe = GemmRecipe()) -> Nvfp4Matmul:
+  """The NVFP4 GEMM of lhs . rhs as its VJP parts, after checking the dims (see nvfp4_dot_general)."""
+  lhs_c, rhs_c, k = _check_dims(lhs, rhs, dimension_numbers)
+  lhs_free = tuple(d for d in range(lhs.ndim) if d not in lhs_c)
+  rhs_free = tuple(d for d in range(rhs.ndim) if d not in rhs_c)
+  layout = _Layout(dimension_numbers=((lhs_c, rhs_c), ((), ())), lhs_shape=tuple(lhs.shape),
+                   rhs_shape=tuple(rhs.shape), lhs_perm=lhs_free + lhs_c, rhs_perm=rhs_c + rhs_free, k=k,
+                   w_dtype=jnp.dtype(rhs.dtype))
+  return Nvfp4Matmul(layout, recipe)
+
+
 def nvfp4_dot_general(
     lhs: jax.Array,
     rhs: jax.Array,
@@ -216,18 +229,8 @@ def nvfp4_dot_general(
     *,
     key: jax.Array | None,
     recipe: GemmRecipe = GemmRecipe(),
-    forward_bf16: jax.Array | bool = False,
 ) -> jax.Array:
   """`jax.lax.dot_general` for y = lhs . rhs with NVFP4 operands in fprop, dgrad and wgrad.
-
-  `forward_bf16` is the paper's late switch of the forward pass to high precision (NVFP4_SPEC.md §7): a bool
-  scalar that may be traced (e.g. `step >= switch_step` under jit, compiled once). When true the output is
-  `jax.lax.dot_general(lhs, rhs, dimension_numbers)` cast to lhs.dtype, bit for bit the unquantized GEMM
-  maxtext runs (in lhs's dtype when rhs has it too), while dgrad and wgrad stay NVFP4 with the same quantized
-  residuals and the same use of `key`. The two forward GEMMs are alternatives under `jax.lax.cond`, not a
-  select: a select would run both every step (the NVFP4 forward GEMM plus its quantization of x along K, and
-  the unquantized GEMM), a cond runs one; the residual quantizations, needed by either branch, sit outside it.
-  Under vmap the cond becomes a select (both run), with the same results.
 
   Args:
     lhs: activations, e.g. (batch, seq, embed); any float dtype; the output takes its dtype.
@@ -235,28 +238,15 @@ def nvfp4_dot_general(
     dimension_numbers: ((lhs_contracting, rhs_contracting), ((), ())), as DenseGeneral passes.
     key: PRNG key for the stochastic rounding of this call's output gradient (None only without SR).
     recipe: the recipe switches.
-    forward_bf16: bool scalar (Python or traced): forward output unquantized, gradients still NVFP4. False
-      (the Python constant, the default) traces exactly today's GEMM, with no conditional.
 
   Returns:
     lhs free dims + rhs free dims, as jax.lax.dot_general orders them.
 
   Raises:
     NotImplementedError: batch dimensions.
-    ValueError: M (product of lhs free dims), K or N not a multiple of 16; forward_bf16 not a scalar.
+    ValueError: M (product of lhs free dims), K or N not a multiple of 16; stochastic rounding without a key.
   """
-  lhs_c, rhs_c, k = _check_dims(lhs, rhs, dimension_numbers)
+  gemm = nvfp4_matmul(lhs, rhs, dimension_numbers, recipe)
   if recipe.stochastic_rounding and key is None:
     raise ValueError("nvfp4_dot_general: recipe.stochastic_rounding=True needs a PRNG key; got key=None.")
-  lhs_free = tuple(d for d in range(lhs.ndim) if d not in lhs_c)
-  rhs_free = tuple(d for d in range(rhs.ndim) if d not in rhs_c)
-  layout = _Layout(dimension_numbers=((lhs_c, rhs_c), ((), ())), lhs_shape=tuple(lhs.shape),
-                   rhs_shape=tuple(rhs.shape), lhs_perm=lhs_free + lhs_c, rhs_perm=rhs_c + rhs_free, k=k,
-                   w_dtype=jnp.dtype(rhs.dtype))
-  if isinstance(forward_bf16, bool) and not forward_bf16:
-    flag = None  # the common case traces no conditional at all
-  else:
-    flag = jnp.asarray(forward_bf16, jnp.bool_)
-    if flag.shape:
-      raise ValueError(f"nvfp4_dot_general: forward_bf16 must be a scalar boolean, got shape {flag.shape}.")
-  return _matmul(lhs, rhs, key, flag, layout, recipe)
+  return _matmul(lhs, rhs, key, gemm)

@@ -27,14 +27,16 @@ Keys: stochastic rounding of expert e uses jax.random.split(key, E)[e], which `n
 into its dgrad and wgrad keys.
 """
 
+from collections.abc import Callable
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 
 from MaxText.nvfp4.formats import BLOCK_SIZE, next_multiple
 from MaxText.nvfp4.gemm import GemmRecipe, nvfp4_dot_general
-from MaxText.nvfp4.stats import gemm_with_operand_stats
 
-__all__ = ["batched_expert_matmul", "grouped_matmul", "group_capacity"]
+__all__ = ["ExpertGemm", "batched_expert_matmul", "grouped_matmul", "group_capacity"]
 
 #: x (rows, K) . w (K, N): contracting x's last axis with w's first, no batch dims (nvfp4_dot_general's form).
 _NN = (((1,), (0,)), ((), ()))
@@ -49,14 +51,26 @@ def _expert_keys(key: jax.Array | None, experts: int) -> jax.Array | None:
   return None if key is None else jax.random.split(key, experts)
 
 
+#: One expert's GEMM: (x_e, w_e, key_e, extra_e) -> y_e, differentiable in x_e and w_e.
+ExpertGemm = Callable[[jax.Array, jax.Array, Any, Any], jax.Array]
+
+
+def _nvfp4_expert(recipe: GemmRecipe) -> ExpertGemm:
+  def gemm(x_e, w_e, key_e, extra_e):
+    del extra_e
+    return nvfp4_dot_general(x_e, w_e, _NN, key=key_e, recipe=recipe)
+
+  return gemm
+
+
 def batched_expert_matmul(
     x: jax.Array,
     w: jax.Array,
     *,
     key: jax.Array | None,
     recipe: GemmRecipe = GemmRecipe(),
-    forward_bf16: jax.Array | bool = False,
-    stats: tuple[jax.Array, jax.Array] | None = None,
+    gemm: ExpertGemm | None = None,
+    extra: Any = None,
 ) -> jax.Array:
   """Per-expert NVFP4 GEMMs y[e] = x[e] . w[e] (or x . w[e] for a shared x), each with its own amaxes.
 
@@ -66,10 +80,10 @@ def batched_expert_matmul(
     w: E x K x N expert weights (N a multiple of 16); dW takes w's dtype.
     key: PRNG key for stochastic rounding of the output gradients (None only when the recipe has no SR).
     recipe: the recipe switches, as for the dense GEMMs.
-    forward_bf16: the late switch of the forward pass to BF16 (nvfp4_dot_general's), gradients stay NVFP4.
-    stats: (sink, flag): each expert's operand statistics (stats.gemm_with_operand_stats) as the gradient of
-      sink[e] (E x 5 x 4), computed where the traced bool `flag` is true. Padding slots are zero rows, which
-      change no statistic (zeros count in neither underflow nor the error, and no block amax).
+    gemm: each expert's GEMM, `gemm(x_e, w_e, key_e, extra_e)`; default the NVFP4 GEMM of `recipe`. A caller that
+      wraps the GEMM (the training pipeline's stages, MaxText.backends) passes its own.
+    extra: a pytree whose leaves have a leading expert axis (E, ...), handed to `gemm` one expert's slice at a time;
+      None: `gemm` gets None.
 
   Returns:
     E x T x N in x's dtype.
@@ -81,19 +95,10 @@ def batched_expert_matmul(
     # (and dx sums the experts' dgrads). Broadcast rather than vmap with in_axes=None: the latter trips XLA:CPU
     # ("Unsupported element type for DotThunk: BF16 x BF16 = F32" in the RHT of the unbatched x^T).
     x = jnp.broadcast_to(x, (experts, *x.shape))
-
-  def gemm(x_e, w_e, key_e):
-    return nvfp4_dot_general(x_e, w_e, _NN, key=key_e, recipe=recipe, forward_bf16=forward_bf16)
-
+  gemm = gemm or _nvfp4_expert(recipe)
   key_axis = None if keys is None else 0  # no stochastic rounding: no keys to map over
-  if stats is None:
-    return jax.vmap(gemm, in_axes=(0, 0, key_axis))(x, w, keys)
-  sink, flag = stats
-
-  def tapped(x_e, w_e, key_e, sink_e):
-    return gemm_with_operand_stats(gemm, x_e, w_e, key_e, sink_e, flag, _NN, recipe)
-
-  return jax.vmap(tapped, in_axes=(0, 0, key_axis, 0))(x, w, keys, sink)
+  extra_axis = None if extra is None else 0
+  return jax.vmap(gemm, in_axes=(0, 0, key_axis, extra_axis))(x, w, keys, extra)
 
 
 def grouped_matmul(
@@ -103,8 +108,8 @@ def grouped_matmul(
     *,
     key: jax.Array | None,
     recipe: GemmRecipe = GemmRecipe(),
-    forward_bf16: jax.Array | bool = False,
-    stats: tuple[jax.Array, jax.Array] | None = None,
+    gemm: ExpertGemm | None = None,
+    extra: Any = None,
 ) -> jax.Array:
   """`jax.lax.ragged_dot(x, w, group_sizes)` with every expert GEMM in NVFP4 (fprop, dgrad, wgrad).
 
@@ -115,8 +120,8 @@ def grouped_matmul(
     group_sizes: E integers (traced), sum <= M. An expert may get zero rows.
     key: PRNG key for stochastic rounding (None only when the recipe has no SR).
     recipe: the recipe switches.
-    forward_bf16: the late switch of the forward pass to BF16, as in batched_expert_matmul.
-    stats: per-expert operand statistics, as in batched_expert_matmul (each expert's slab is its operand).
+    gemm, extra: each expert's GEMM and its per-expert arguments, as in batched_expert_matmul (each expert's slab
+      is its operand).
 
   Returns:
     M x N in x's dtype.
@@ -133,8 +138,7 @@ def grouped_matmul(
   slot = jnp.arange(capacity, dtype=jnp.int32)
   src = jnp.clip(starts[:, None] + slot[None, :], 0, rows - 1)
   slabs = jnp.where((slot[None, :] < sizes[:, None])[..., None], x[src], jnp.zeros((), x.dtype))
-  y_slabs = batched_expert_matmul(slabs, w, key=key, recipe=recipe, forward_bf16=forward_bf16,
-                                  stats=stats)  # (E, C, N)
+  y_slabs = batched_expert_matmul(slabs, w, key=key, recipe=recipe, gemm=gemm, extra=extra)  # (E, C, N)
   # Back to rows: row r belongs to the first expert whose end is past r; rows past every end are padding.
   row = jnp.arange(rows, dtype=jnp.int32)
   owner = jnp.searchsorted(ends, row, side="right")

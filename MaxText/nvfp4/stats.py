@@ -14,20 +14,17 @@ reproducible across runs that differ only in logging.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from MaxText.nvfp4 import hadamard
 from MaxText.nvfp4.formats import TENSOR_SCALE_RANGE, round_to_e2m1_grid
-from MaxText.nvfp4.gemm import DimensionNumbers, GemmRecipe, as_matrices
+from MaxText.nvfp4.gemm import GemmRecipe
 from MaxText.nvfp4.quantize import Scaling, _blocked, _check_input, _encode
 
-__all__ = ["GEMM_OPERANDS", "STAT_NAMES", "SUBNORMAL_SCALE", "backward_operand_stats", "empty_gemm_stats",
-           "forward_operand_stats", "gemm_with_operand_stats", "quantization_stats"]
+__all__ = ["BACKWARD_ROWS", "FORWARD_ROWS", "GEMM_OPERANDS", "STAT_NAMES", "SUBNORMAL_SCALE",
+           "backward_operand_stats", "empty_gemm_stats", "forward_operand_stats", "quantization_stats"]
 
 #: The statistics, in the order `quantization_stats` returns them (and stacked arrays of them are laid out).
 STAT_NAMES = ("amax", "underflow", "rel_error", "subnormal_scales")
@@ -94,8 +91,8 @@ def quantization_stats(
 #: The operands an NVFP4 GEMM quantizes, as rows of its statistics array (NVFP4_SPEC.md §6): fprop x and W, the
 #: dgrad output gradient dY, and the wgrad x^T and dY^T (blocked along M, RHT where the recipe applies it).
 GEMM_OPERANDS = ("fprop_x", "fprop_w", "dgrad_dy", "wgrad_x", "wgrad_dy")
-_FORWARD_ROWS = (0, 1, 3)  # known in the forward pass: x and W
-_BACKWARD_ROWS = (2, 4)  # known in the backward pass: dY
+FORWARD_ROWS = (0, 1, 3)  # known in the forward pass: x and W
+BACKWARD_ROWS = (2, 4)  # known in the backward pass: dY
 
 
 def _row(stats: dict[str, jax.Array]) -> jax.Array:
@@ -118,43 +115,3 @@ def backward_operand_stats(dy: jax.Array, recipe: GemmRecipe) -> jax.Array:
 def empty_gemm_stats() -> jax.Array:
   """The statistics array of one GEMM before any statistics step: zeros, (len(GEMM_OPERANDS), len(STAT_NAMES))."""
   return jnp.zeros((len(GEMM_OPERANDS), len(STAT_NAMES)), jnp.float32)
-
-
-def gemm_with_operand_stats(gemm: Callable[[jax.Array, jax.Array, Any], jax.Array], lhs: jax.Array, rhs: jax.Array,
-                            extra: Any, sink: jax.Array, flag: jax.Array, dimension_numbers: DimensionNumbers,
-                            recipe: GemmRecipe) -> jax.Array:
-  """`gemm(lhs, rhs, extra)`, with the same outputs and gradients, and its operands' statistics as sink's gradient.
-
-  Why a gradient: the backward operand (dY) exists only inside the backward pass, and a custom VJP's only way out
-  of it is a cotangent. `sink` (the GEMM's previous statistics array, `empty_gemm_stats()`'s shape) is an input
-  whose "gradient" is the new statistics array: where the traced bool `flag` is true, the statistics of this
-  call's operands; elsewhere `sink` unchanged, and no statistic is computed (`lax.cond`). The caller keeps `sink` in
-  a variable that the trainer overwrites with its gradient (maxtext's `_overwrite_with_gradient` collection), so
-  after a step it holds the latest statistics. y, dx and dW are `gemm`'s own: the statistics only read operands.
-  `extra` (a pytree: PRNG keys, switch flags, quantizer state) is passed explicitly rather than closed over, as a
-  custom VJP needs for traced values.
-  """
-  x_shape, w_shape = (a.shape for a in jax.eval_shape(lambda l, r: as_matrices(l, r, dimension_numbers), lhs, rhs))
-  forward_rows, backward_rows = np.asarray(_FORWARD_ROWS), np.asarray(_BACKWARD_ROWS)  # constants, not tracers
-
-  def run(lhs, rhs, extra, sink, flag):
-    del sink, flag
-    return gemm(lhs, rhs, extra)
-
-  def fwd(lhs, rhs, extra, sink, flag):
-    y, pullback = jax.vjp(gemm, lhs, rhs, extra)
-    rows = jax.lax.cond(flag, lambda: forward_operand_stats(*as_matrices(lhs, rhs, dimension_numbers), recipe),
-                        lambda: sink[forward_rows])
-    return y, (pullback, rows, sink[backward_rows], flag)
-
-  def bwd(residuals, dy):
-    pullback, rows, old_rows, flag = residuals
-    dlhs, drhs, dextra = pullback(dy)
-    new_rows = jax.lax.cond(flag, lambda: backward_operand_stats(dy.reshape(x_shape[0], w_shape[1]), recipe),
-                            lambda: old_rows)
-    stats = empty_gemm_stats().at[forward_rows].set(rows).at[backward_rows].set(new_rows)
-    return dlhs, drhs, dextra, stats, None
-
-  tapped = jax.custom_vjp(run)
-  tapped.defvjp(fwd, bwd)
-  return tapped(lhs, rhs, extra, sink, flag)

@@ -1,9 +1,11 @@
 # Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
 """The one settings object: a config's quantization and nvfp4_* keys, read once into frozen, typed fields.
 
-Why: the keys were read piecemeal (`getattr(config, "nvfp4_...", default)`) in several modules, each unwrapping
-enums its own way. `Settings.from_config` is the only reader of nvfp4_* keys outside the config schema
-(`MaxText.integration.config`); the quant object, experts, switches, plan and run record take a `Settings`.
+Why: every part of the plugin (quant object, GEMM modules, experts, plan, run record, statistics) needs the same few
+facts, each unwrapped from enums and lists the same way. `Settings.of` builds them from the plugin's keys
+(`PluginKeys`, the schema) plus the two plain facts of the model they refer to; the integration layer reads those off
+a maxtext config once per config (`MaxText.integration.settings.settings_of`) and hands the whole object down. No
+default is written here: the schema holds them.
 """
 
 from __future__ import annotations
@@ -12,36 +14,23 @@ import dataclasses
 from typing import Any
 
 from MaxText.nvfp4.gemm import GemmRecipe
+from MaxText.precision.keys import PluginKeys
 from MaxText.precision.modes import NVFP4_MODES, Backend, plain
 from MaxText.precision.policy import Precision, PrecisionPolicy
 from MaxText.precision.switches import Switches
 
 __all__ = ["KEY_PREFIX", "Settings"]
 
-#: Every plugin key starts with it (the config schema declares them; the run record stores them all).
+#: Every plugin key starts with it (the schema declares them; the run record stores them all).
 KEY_PREFIX = "nvfp4_"
-
-
-def _keys(config: Any) -> dict[str, Any]:
-  """The config's keys as a dict: maxtext's HyperParameters has get_keys(), its pydantic config model_dump()."""
-  if hasattr(config, "get_keys"):
-    return dict(config.get_keys())
-  if hasattr(config, "model_dump"):
-    return {name: getattr(config, name) for name in type(config).model_fields}
-  return dict(vars(config))
-
-
-def _frozen(value: Any) -> Any:
-  """A list key (nvfp4_bf16_layers) as a tuple, so Settings stays hashable."""
-  return tuple(value) if isinstance(value, list) else value
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Settings:
-  """What the plugin does for one config. Hashable: Linen modules and caches may hold it.
+  """What the plugin does for one config. Hashable: Linen modules and caches hold it.
 
   quantization: the config's `quantization` as a plain string ('' when unset).
-  backend: nvfp4_backend as asked (auto is resolved later, against the machine: MaxText.backends.environment).
+  backend: nvfp4_backend as asked (auto is resolved later, against an environment: MaxText.backends.environment).
   mlp, attention: the per-class precisions of the policy (nvfp4_mlp_precision, nvfp4_attention_precision).
   moe_experts: nvfp4_moe_experts as asked (nvfp4 or bf16); `experts` says what the routed experts really run.
   recipe: the GEMM recipe (RHT from the mode, stochastic rounding, 2D weight scaling).
@@ -51,16 +40,16 @@ class Settings:
   record: every nvfp4_* key with its plain value, plus quantization: what a run directory records.
   """
 
-  quantization: str = "te_nvfp4"
-  backend: Backend = Backend.AUTO
-  mlp: Precision = Precision.NVFP4
-  attention: Precision = Precision.BF16
-  moe_experts: Precision = Precision.NVFP4
-  recipe: GemmRecipe = GemmRecipe()
-  switches: Switches = Switches()
-  nonfinite_check: bool = True
-  stats_interval: int = 0
-  record: tuple[tuple[str, Any], ...] = ()
+  quantization: str
+  backend: Backend
+  mlp: Precision
+  attention: Precision
+  moe_experts: Precision
+  recipe: GemmRecipe
+  switches: Switches
+  nonfinite_check: bool
+  stats_interval: int
+  record: tuple[tuple[str, Any], ...]
 
   @property
   def nvfp4(self) -> bool:
@@ -81,32 +70,42 @@ class Settings:
     """nvfp4_moe_experts=bf16 was asked for (the plan then accepts BF16 experts)."""
     return self.moe_experts is Precision.BF16
 
+  def is_stats_step(self, step: Any) -> Any:
+    """Whether training step `step` measures the per-GEMM statistics: every stats_interval-th step (0 included),
+    before nvfp4_bf16_from_step (from that step on every GEMM runs in BF16 and quantizes nothing, the switch step
+    itself included). `step` is a Python int (the host: which records carry statistics) or a traced integer (the
+    train step: which steps measure); one rule for both. False for any step when statistics are off."""
+    if not self.stats_interval:
+      return False
+    measures = step % self.stats_interval == 0
+    if self.switches.from_step is not None:
+      measures = measures & (step < self.switches.from_step)
+    return measures
+
   @classmethod
-  def from_config(cls, config: Any) -> Settings:
-    """Reads maxtext's config (HyperParameters or the pydantic model, with the plugin's keys) once."""
-    keys = _keys(config)
-    quantization = plain(keys.get("quantization"))
-    ours = {k: keys[k] for k in sorted(keys) if k.startswith(KEY_PREFIX)}
-    record = tuple((k, _frozen(getattr(v, "value", v))) for k, v in ours.items()) + (("quantization", quantization),)
-    if quantization not in NVFP4_MODES and "nvfp4_backend" not in ours:
-      # A config loaded without the plugin's class (it is not an NVFP4 run): the plugin does nothing with it.
-      return cls(quantization=quantization, record=record)
+  def of(cls, keys: PluginKeys, *, quantization: Any, num_layers: int) -> Settings:
+    """The settings of `keys` (a PluginKeys, or maxtext's config class deriving from it) for `quantization` (enum,
+    string or None) on a model of `num_layers` decoder layers."""
+    mode = plain(quantization)
+    values = {name: getattr(keys, name) for name in PluginKeys.model_fields}
+    record = tuple((k, _frozen(plain(v) if hasattr(v, "value") else v)) for k, v in sorted(values.items()))
     return cls(
-        quantization=quantization,
-        backend=Backend(plain(ours["nvfp4_backend"])),
-        mlp=Precision(plain(ours["nvfp4_mlp_precision"])),
-        attention=Precision(plain(ours["nvfp4_attention_precision"])),
-        moe_experts=Precision(plain(ours["nvfp4_moe_experts"])),
-        recipe=GemmRecipe(rht=quantization != "te_nvfp4_no_rht",
-                          stochastic_rounding=bool(ours["nvfp4_stochastic_rounding"]),
-                          weight_2d=bool(ours["nvfp4_2d_weight_scaling"])),
-        switches=Switches(first_layers=int(ours["nvfp4_bf16_first_layers"] or 0),
-                          last_layers=int(ours["nvfp4_bf16_last_layers"] or 0),
-                          layers=tuple(int(i) for i in ours.get("nvfp4_bf16_layers") or ()),
-                          num_layers=int(keys.get("num_decoder_layers") or 0),
-                          from_step=ours["nvfp4_bf16_from_step"],
-                          forward_from_step=ours["nvfp4_bf16_forward_from_step"]),
-        nonfinite_check=bool(ours["nvfp4_nonfinite_check"]),
-        stats_interval=int(ours.get("nvfp4_stats_interval") or 0),
-        record=record,
+        quantization=mode,
+        backend=Backend(plain(keys.nvfp4_backend)),
+        mlp=Precision(plain(keys.nvfp4_mlp_precision)),
+        attention=Precision(plain(keys.nvfp4_attention_precision)),
+        moe_experts=Precision(plain(keys.nvfp4_moe_experts)),
+        recipe=GemmRecipe(rht=mode != "te_nvfp4_no_rht", stochastic_rounding=bool(keys.nvfp4_stochastic_rounding),
+                          weight_2d=bool(keys.nvfp4_2d_weight_scaling)),
+        switches=Switches(first_layers=int(keys.nvfp4_bf16_first_layers), last_layers=int(keys.nvfp4_bf16_last_layers),
+                          layers=tuple(int(i) for i in keys.nvfp4_bf16_layers), num_layers=int(num_layers),
+                          from_step=keys.nvfp4_bf16_from_step, forward_from_step=keys.nvfp4_bf16_forward_from_step),
+        nonfinite_check=bool(keys.nvfp4_nonfinite_check),
+        stats_interval=int(keys.nvfp4_stats_interval),
+        record=record + (("quantization", mode),),
     )
+
+
+def _frozen(value: Any) -> Any:
+  """A list key (nvfp4_bf16_layers) as a tuple, so Settings stays hashable."""
+  return tuple(value) if isinstance(value, list) else value

@@ -23,11 +23,8 @@ these limits beyond NVFP4's 16-element blocks, which gemm_shapes.block_errors ch
 
 from __future__ import annotations
 
-from typing import Any
-
 from MaxText.nvfp4.formats import next_multiple
-from MaxText.precision.gemm_shapes import Check, GemmDims, misaligned, nvfp4_gemm_dims
-from MaxText.precision.modes import plain
+from MaxText.precision.gemm_shapes import Check, GemmDims, misaligned
 from MaxText.precision.settings import Settings
 
 __all__ = ["CUBLAS_NVFP4_ALIGNMENT", "RHT_COL_MULTIPLE", "RHT_ROW_MULTIPLE", "te_errors"]
@@ -55,20 +52,20 @@ def _rht_checks(d: GemmDims) -> tuple[Check, ...]:
   return checks if d.phase == "train" else checks[:2]
 
 
-def te_errors(config: Any, settings: Settings) -> list[str]:
-  """One-line messages for everything in `config` that TE 2.20.2 would refuse on Blackwell (empty: none).
+def te_errors(dims: list[GemmDims], settings: Settings, comm_gemm_overlap: str = "disabled") -> list[str]:
+  """One-line messages for everything of a run that TE 2.20.2 would refuse on Blackwell (empty: none).
 
-  `config` is maxtext's validated config, `settings` its plugin settings, for an NVFP4 mode on the TE backend.
+  `dims` are the run's NVFP4 GEMMs (gemm_shapes), `settings` its plugin settings (an NVFP4 mode on the TE backend),
+  `comm_gemm_overlap` its te_comm_gemm_overlap value.
   """
   mode = settings.quantization
   errors = []
-  overlap = plain(getattr(config, "te_comm_gemm_overlap", "disabled")).lower()
+  overlap = comm_gemm_overlap.lower()
   if overlap != "disabled":
     errors.append(
         f"quantization={mode} with te_comm_gemm_overlap={overlap}: the NVFP4 plugin calls TransformerEngine's dense "
         "GEMMs without collective (communication-overlapped) GEMM ops, so the overlap would silently not happen. "
         "Set te_comm_gemm_overlap=disabled.")
-  dims = nvfp4_gemm_dims(config, settings)
   errors += [
       f"quantization={mode} with the TE backend: the {d.phase} GEMM {d.module} has {axis} = {size} per device "
       f"from {keys}; cuBLAS's FP4 GEMM (which every NVFP4 GEMM on TE uses, contracting M, K and N across "

@@ -34,7 +34,7 @@ from MaxText.integration import seam
 from MaxText.integration.cli import EXIT_CONFIG_ERROR, one_line_config_errors
 from MaxText.precision.modes import Backend
 from MaxText.precision.policy import Precision
-from MaxText.precision.settings import Settings
+from MaxText.integration.settings import settings_of
 from MaxText.preflight import deviceless
 from MaxText.preflight import kernels as kernels_lib
 from MaxText.preflight import report
@@ -75,18 +75,16 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
   return args
 
 
-def prepare_deviceless(target: str, devices: int) -> None:
-  """TE imported without a driver (if installed), its device queries and the backend probe answering for `devices`
-  GPUs of `target`."""
+def target_environment(target: str, devices: int) -> environment.Environment:
+  """What the backend choice sees on `devices` GPUs of `target`: TE imported without a driver (if installed) with its
+  device queries answered for the target (MaxText.preflight.deviceless), and TE's own NVFP4 verdict there."""
   capability = TARGETS[target].capability[0] + TARGETS[target].capability[1] / 10
   if deviceless.te_installed():
     deviceless.import_transformer_engine()
     deviceless.answer_fused_attention()
-    answer = deviceless.target_environment(capability, devices)
-  else:
-    answer = environment.Environment(te_error="transformer_engine_jax is not installed (./setup.sh --gpu)",
-                                     gpu_capabilities=(capability,) * devices)
-  environment.probe_environment = lambda: answer
+    return deviceless.target_environment(capability, devices)
+  return environment.Environment(te_error="transformer_engine_jax is not installed (./setup.sh --gpu)",
+                                 gpu_capabilities=(capability,) * devices)
 
 
 def load_config(config: str, overrides: Sequence[str], devices: int) -> Any:
@@ -131,9 +129,10 @@ def mem_fraction() -> float:
 
 
 def _te_nvfp4(config: Any) -> bool:
-  """Whether the run's MLP GEMMs are NVFP4 on TransformerEngine here (nvfp4_backend resolved for the target)."""
-  settings = Settings.from_config(config)
-  return settings.nvfp4 and settings.mlp is Precision.NVFP4 and environment.resolve_backend(settings.backend) is Backend.TE
+  """Whether the run's MLP GEMMs are NVFP4 on TransformerEngine (nvfp4_backend resolved for the target)."""
+  settings = settings_of(config)
+  return (settings.nvfp4 and settings.mlp is Precision.NVFP4
+          and environment.resolve_backend(settings.backend, environment.current()) is Backend.TE)
 
 
 def main(argv: Sequence[str]) -> int:
@@ -141,7 +140,12 @@ def main(argv: Sequence[str]) -> int:
   fraction = mem_fraction()
   seam.register()
   seam.install_cli_error_handler(one_line_config_errors([PROG, args.config], PROG))
-  prepare_deviceless(args.target, args.devices)
+  with environment.answering(target_environment(args.target, args.devices)):
+    return _report(args, fraction)
+
+
+def _report(args: argparse.Namespace, fraction: float) -> int:
+  """The pre-flight of `args` once the target's environment is being answered."""
   target = TARGETS[args.target]
   config = load_config(args.config, args.overrides, args.devices)
   compiled = compile_step(config, args.target, args.devices)

@@ -9,8 +9,11 @@ and conditions, conditional branches, called computations), except the bookkeepi
 
 What a kernel's bytes are here: its result plus its operands, at their full sizes. That is what an elementwise or
 reduction kernel moves; a kernel that reads part of an operand (a dynamic slice fused in) is overcounted, and a
-GEMM's re-reads through cache are not counted. A while body is counted once (per layer under scan_layers), not
-once per iteration. Both sides of a comparison are counted the same way, so their difference is what one side adds.
+GEMM's re-reads through cache are not counted. A kernel inside a while loop runs once per iteration: `runs` is the
+product of the known trip counts of the loops around it (XLA records them: the layer loop under scan_layers runs
+once per decoder layer), so `total_bytes` is per training step. Both branches of a conditional are counted (the
+program holds both; one runs). Both sides of a comparison are counted the same way, so their difference is what one
+side adds per step, wherever XLA placed the work (in the layer loop, or hoisted out of it over all layers at once).
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ _CALLED_RE = re.compile(r"\b(body|condition|to_apply|calls|true_computation|fals
 _BRANCHES_RE = re.compile(r"branch_computations=\{([^}]*)\}")
 _TARGET_RE = re.compile(r'custom_call_target="([^"]+)"')
 _OP_NAME_RE = re.compile(r'op_name="([^"]*)"')
+_TRIP_COUNT_RE = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
 
 
 def shape_bytes(shape: str, workspace: bool = True) -> int:
@@ -58,13 +62,20 @@ def shape_bytes(shape: str, workspace: bool = True) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class Kernel:
-  """One launched kernel: its instruction name, opcode, custom-call target (if any), bytes moved, op_name."""
+  """One launched kernel: its instruction name, opcode, custom-call target (if any), bytes moved per run, op_name
+  (jax's name stack), and how many times a step runs it."""
 
   name: str
   opcode: str
   target: str
   bytes: int
   op_name: str
+  runs: int = 1
+
+  @property
+  def step_bytes(self) -> int:
+    """Bytes this kernel moves per training step."""
+    return self.bytes * self.runs
 
   @property
   def te(self) -> bool:
@@ -187,7 +198,7 @@ def kernels(hlo: str) -> list[Kernel]:
   found: list[Kernel] = []
   seen: set[str] = set()
 
-  def visit(name: str) -> None:
+  def visit(name: str, runs: int) -> None:
     if name in seen or name not in computations:
       return
     seen.add(name)
@@ -195,12 +206,14 @@ def kernels(hlo: str) -> list[Kernel]:
     for inst in _parse(computations[name]):
       shapes[inst.name] = inst.shape
       if inst.opcode in ("while", "conditional", "call", "async-start"):
+        trips = _TRIP_COUNT_RE.search(inst.rest) if inst.opcode == "while" else None
+        inner = runs * (int(trips.group(1)) if trips else 1)
         for key, called in _CALLED_RE.findall(inst.rest):
           if key != "to_apply" or inst.opcode == "call":
-            visit(called)
+            visit(called, inner)
         for group in _BRANCHES_RE.findall(inst.rest):
           for called in group.split(","):
-            visit(called.strip().lstrip("%"))
+            visit(called.strip().lstrip("%"), runs)
       if inst.opcode in _NO_KERNEL or inst.opcode == "async-start":
         continue
       target = _TARGET_RE.search(inst.rest)
@@ -217,14 +230,15 @@ def kernels(hlo: str) -> list[Kernel]:
         opcode = f"fusion:{kind.group(1)}" if kind else "fusion"
       op_name = _OP_NAME_RE.search(inst.rest)
       found.append(Kernel(name=inst.name, opcode=opcode, target=target_name, bytes=moved,
-                          op_name=op_name.group(1) if op_name else ""))
+                          op_name=op_name.group(1) if op_name else "", runs=runs))
 
-  visit(entry)
+  visit(entry, 1)
   return found
 
 
 def total_bytes(found: Iterable[Kernel]) -> int:
-  return sum(k.bytes for k in found)
+  """Bytes the kernels move per training step."""
+  return sum(k.step_bytes for k in found)
 
 
 def te_kernels(found: Iterable[Kernel], gemm_path_only: bool = False) -> list[Kernel]:
@@ -238,11 +252,11 @@ def counts(found: Iterable[Kernel]) -> dict[str, int]:
 
 
 def added(ours: list[Kernel], bare: list[Kernel]) -> list[Kernel]:
-  """The kernels of `ours` beyond those of `bare`, matched by kind and bytes (a multiset difference)."""
-  remaining = collections.Counter((k.kind, k.bytes) for k in bare)
+  """The kernels of `ours` beyond those of `bare`, matched by kind, bytes and runs (a multiset difference)."""
+  remaining = collections.Counter((k.kind, k.bytes, k.runs) for k in bare)
   extra = []
   for kernel in ours:
-    key = (kernel.kind, kernel.bytes)
+    key = (kernel.kind, kernel.bytes, kernel.runs)
     if remaining[key]:
       remaining[key] -= 1
     else:

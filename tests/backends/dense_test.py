@@ -10,6 +10,7 @@ from MaxText.backends.emulated import Nvfp4DotGeneral, UnquantizedDotGeneral
 from MaxText.nvfp4.gemm import GemmRecipe
 from MaxText.precision.modes import Backend
 from MaxText.precision.policy import Precision
+from tests.helpers import settings
 
 @pytest.mark.parametrize("recipe,want", [
     (GemmRecipe(), dict(disable_rht=False, disable_stochastic_rounding=False, disable_2d_quantization=False)),
@@ -23,11 +24,11 @@ def test_te_nvfp4_recipe_arguments(recipe, want):
 
 def test_module_table_emulated():
   recipe = GemmRecipe(rht=False)
-  nvfp4 = module_class(Precision.NVFP4, Backend.EMULATED, recipe)()
-  assert isinstance(nvfp4, Nvfp4DotGeneral) and nvfp4.recipe == recipe
-  assert module_class(Precision.BF16, Backend.EMULATED, recipe) is UnquantizedDotGeneral
-  assert module_class(Precision.BF16, Backend.TE, recipe) is UnquantizedDotGeneral  # never asks TE for bf16
-  assert module_class(Precision.FP8, Backend.EMULATED, recipe) is nn.Fp8DirectDotGeneralOp
+  nvfp4 = module_class(Precision.NVFP4, Backend.EMULATED, settings(recipe=recipe))()
+  assert isinstance(nvfp4, Nvfp4DotGeneral) and nvfp4.settings.recipe == recipe
+  assert module_class(Precision.BF16, Backend.EMULATED, settings(recipe=recipe)) is UnquantizedDotGeneral
+  assert module_class(Precision.BF16, Backend.TE, settings(recipe=recipe)) is UnquantizedDotGeneral  # never asks TE for bf16
+  assert module_class(Precision.FP8, Backend.EMULATED, settings(recipe=recipe)) is nn.Fp8DirectDotGeneralOp
 
 
 def test_te_module_needs_transformer_engine():
@@ -42,7 +43,7 @@ def test_te_module_needs_transformer_engine():
     import transformer_engine.jax  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
   except Exception as import_error:  # pylint: disable=broad-exception-caught
     with pytest.raises(type(import_error)) as raised:
-      te_backend.dot_general_cls(Precision.NVFP4, GemmRecipe())
+      te_backend.dot_general_cls(Precision.NVFP4, settings())
     if isinstance(import_error, ImportError):
       assert "transformer_engine" in str(raised.value)
   else:

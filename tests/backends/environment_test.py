@@ -3,6 +3,7 @@
 
 import pytest
 
+from MaxText.backends import environment
 from MaxText.backends.environment import Environment, resolve_backend
 from MaxText.precision.modes import Backend
 
@@ -34,4 +35,4 @@ def test_emulated_and_te_on_blackwell():
 
 def test_this_machine_resolves_auto_to_emulated():
   """CI has neither TE nor a GPU: auto must pick the emulation."""
-  assert resolve_backend("auto") is Backend.EMULATED
+  assert resolve_backend("auto", environment.current()) is Backend.EMULATED

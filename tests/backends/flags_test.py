@@ -16,6 +16,7 @@ from MaxText.precision import switches as sw
 from MaxText.backends.emulated import Nvfp4DotGeneral
 from MaxText.nvfp4.gemm import GemmRecipe
 from tests.helpers import read_losses, resumed_losses, train_cli
+from tests.helpers import settings
 
 _DIMS = (((1,), (0,)), ((), ()))
 
@@ -31,7 +32,7 @@ def _operands() -> tuple[jax.Array, jax.Array, jax.Array]:
 def _run(switches: sw.Switches, layer: int | None = None, step: int | None = None):
   """Forward output and (dx, dW) of one Nvfp4DotGeneral for a cotangent, at a given layer index and step."""
   x, w, dy = _operands()
-  module = Nvfp4DotGeneral(recipe=GemmRecipe(), switches=switches)
+  module = Nvfp4DotGeneral(settings=settings(switches=switches))
   rngs = {"params": jax.random.key(1), "dropout": jax.random.key(2)}
   variables = module.init(rngs, x, w, _DIMS)
   if layer is not None:

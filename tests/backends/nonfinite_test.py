@@ -21,10 +21,11 @@ from maxtext.layers import linears
 from MaxText.integration.quant import Nvfp4Quantization
 from MaxText.backends.environment import Backend
 from MaxText.precision.policy import PrecisionPolicy
+from tests.helpers import settings
 
 
 def _layer() -> linears.DenseGeneral:
-  quant = Nvfp4Quantization(policy=PrecisionPolicy(), backend=Backend.EMULATED)
+  quant = Nvfp4Quantization(settings=settings(), backend=Backend.EMULATED)
   return linears.DenseGeneral(in_features_shape=64, out_features_shape=128, kernel_axes=("embed", "mlp"),
                               quant=quant, dtype=jnp.bfloat16, rngs=nnx.Rngs(params=0, dropout=1, aqt=2))
 

@@ -21,7 +21,7 @@ import pytest
 from MaxText.backends.emulated import Nvfp4DotGeneral
 from MaxText.backends.sr import SR_COUNT_NAME
 from MaxText.nvfp4.gemm import GemmRecipe
-from tests.helpers import REPO_ROOT, TINY_YML
+from tests.helpers import REPO_ROOT, TINY_YML, settings
 
 _DIMS = (((1,), (0,)), ((), ()))
 
@@ -32,7 +32,7 @@ def test_the_same_gemm_rounds_differently_at_the_next_step():
   x = jax.random.normal(jax.random.key(0), (32, 64), jnp.bfloat16)
   w = jax.random.normal(jax.random.key(1), (64, 48), jnp.float32)
   dy = jax.random.normal(jax.random.key(2), (32, 48), jnp.bfloat16)
-  module = Nvfp4DotGeneral(recipe=GemmRecipe())
+  module = Nvfp4DotGeneral(settings=settings())
   variables = module.init({"params": jax.random.key(3), "dropout": jax.random.key(4)}, x, w, _DIMS)
 
   def step(aqt):

@@ -18,7 +18,7 @@ import MaxText
 from MaxText.integration import config as plugin_config
 from MaxText.integration import hooks, seam
 from MaxText.precision.modes import NVFP4_MODES, AttentionPrecision, Backend
-from tests.helpers import CONFIGS_DIR, PLUGIN_DEFAULTS, REPO_ROOT, TINY_YML, load_config
+from tests.helpers import CONFIGS_DIR, REPO_ROOT, plugin_defaults, TINY_YML, load_config
 
 MaxText.register()
 
@@ -26,7 +26,7 @@ MaxText.register()
 from maxtext.configs import pyconfig, types
 from maxtext.layers import quantizations
 
-_OUR_KEYS = PLUGIN_DEFAULTS
+_OUR_KEYS = plugin_defaults()
 
 
 _load = load_config

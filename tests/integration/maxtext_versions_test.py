@@ -1,6 +1,6 @@
 # Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
 """The quickstart config's te_nvfp4 losses, equal bit for bit to the code before the layered tree, on every maxtext
-release the plugin supports.
+release the plugin supports; and the recipe's switches and MoE experts bit for bit as before the GEMM pipeline.
 
 Pinned: the first 20 training losses of today's `configs/quickstart.yml` with quantization=te_nvfp4 on the local
 corpus, as commit 380fefb (the last before the layered tree) computes them, so that no refactoring changes what a user
@@ -10,6 +10,10 @@ from one CPU to another between sessions and every loss after step 0 moved in it
 alike), so numbers written into this file would pin the machine, not the code. The same numbers must come out of
 maxtext 0.2.4 (set up by ./setup.sh in .venv/maxtext-0.2.4-site, first on PYTHONPATH) and of the lock's 0.2.5:
 the declared range, tested.
+
+Pinned the same way: commit cb3b295 (the last before every GEMM went through one pipeline, MaxText.backends.pipeline)
+on runs that exercise each stage on dense and expert GEMMs: BF16 layers, the forward-only and the all-BF16 late
+switches, statistics every few steps.
 """
 
 from __future__ import annotations
@@ -32,7 +36,22 @@ OLD_SITE = pathlib.Path(sys.prefix) / "maxtext-0.2.4-site"
 _ENV = {"0.2.4": {"PYTHONPATH": str(OLD_SITE), "DECOUPLE_GCLOUD": "TRUE"}, "0.2.5": {}}
 #: The commit whose losses every later one must reproduce (the last before the layered tree).
 PINNED_COMMIT = "380fefb8a2b4bd94c94f297984c23dd65b85aaeb"
+#: The commit whose losses the pipeline (MaxText.backends.pipeline) must reproduce: the last before it.
+PIPELINE_COMMIT = "cb3b295"
 STEPS = 20
+#: Runs through every stage of the pipeline, each against PIPELINE_COMMIT (quickstart.yml, te_nvfp4, STEPS steps).
+PIPELINE_RUNS = {
+    # DeepSeek-style (a dense layer, routed experts through megablox's gmm, a shared expert): the BF16 last layer and
+    # both late switches on dense and expert GEMMs.
+    "switches": ["decoder_block=deepseek", "attention_type=mla", "q_lora_rank=0", "kv_lora_rank=16",
+                 "qk_nope_head_dim=16", "qk_rope_head_dim=16", "v_head_dim=16", "first_num_dense_layers=1",
+                 "num_experts=4", "num_experts_per_tok=2", "shared_experts=1", "base_moe_mlp_dim=128",
+                 "routed_score_func=sigmoid", "routed_bias=true", "nvfp4_bf16_last_layers=1",
+                 "nvfp4_bf16_forward_from_step=8", "nvfp4_bf16_from_step=14"],
+    # Mixtral-style (routed experts through jax's ragged_dot): statistics every 5 steps, a BF16 layer.
+    "statistics": ["decoder_block=mixtral", "num_experts=4", "num_experts_per_tok=2", "base_moe_mlp_dim=512",
+                   "sparse_matmul=true", "megablox=false", "nvfp4_stats_interval=5", "nvfp4_bf16_layers=[1]"],
+}
 
 
 def test_the_range_is_declared_once():
@@ -53,26 +72,31 @@ def corpus_dir(tmp_path_factory) -> pathlib.Path:
 
 
 def _quickstart_losses(name: str, root: pathlib.Path, corpus_dir: pathlib.Path, jax_cache_dir: pathlib.Path,
-                       env: dict[str, str], repo: pathlib.Path = REPO_ROOT) -> list[float]:
+                       env: dict[str, str], repo: pathlib.Path = REPO_ROOT, extra: tuple[str, ...] = ()) -> list[float]:
   metrics = root / f"{name}.jsonl"
   run = train_cli([f"run_name={name}", f"base_output_directory={root}", "quantization=te_nvfp4", f"steps={STEPS}",
-                   "eval_interval=-1", f"metrics_file={metrics}", *corpus.corpus_overrides(corpus_dir)],
+                   "eval_interval=-1", f"metrics_file={metrics}", *corpus.corpus_overrides(corpus_dir), *extra],
                   jax_cache_dir, env=env, config=CONFIGS_DIR / "quickstart.yml", repo=repo)
   assert run.returncode == 0, f"{name} ({repo}): {run.stderr[-3000:]}"
   return read_losses(metrics)
 
 
+def _tree(commit: str, into: pathlib.Path) -> pathlib.Path:
+  """`commit`'s tree (git archive) in `into`; the test is skipped, saying why, where the history is missing."""
+  archive = subprocess.run(["git", "archive", "--format=tar", commit], cwd=REPO_ROOT, capture_output=True,
+                           timeout=120, check=False)
+  if archive.returncode:  # a shallow clone or a source tarball: nothing to compare with (said, not hidden)
+    pytest.skip(f"the pinned commit {commit[:7]} is not in this checkout (a shallow clone or no git); the "
+                f"comparison needs the repository's history: {archive.stderr.decode().strip()[-200:]}")
+  with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+    tar.extractall(into, filter="data")
+  return into
+
+
 @pytest.fixture(scope="module")
 def pinned_losses(tmp_path_factory, corpus_dir, jax_cache_dir) -> list[float]:
   """The pinned commit's own losses on this machine (its tree from `git archive`, trained with maxtext 0.2.5)."""
-  archive = subprocess.run(["git", "archive", "--format=tar", PINNED_COMMIT], cwd=REPO_ROOT, capture_output=True,
-                           timeout=120, check=False)
-  if archive.returncode:  # a shallow clone or a source tarball: nothing to compare with (said, not hidden)
-    pytest.skip(f"the pinned commit {PINNED_COMMIT[:7]} is not in this checkout (a shallow clone or no git); the "
-                f"comparison needs the repository's history: {archive.stderr.decode().strip()[-200:]}")
-  tree = tmp_path_factory.mktemp("pinned_tree")
-  with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
-    tar.extractall(tree, filter="data")
+  tree = _tree(PINNED_COMMIT, tmp_path_factory.mktemp("pinned_tree"))
   # Today's quickstart model in the old tree (it chains to tiny.yml, unchanged since): the code is pinned, not the
   # model, which has since grown to one in which NVFP4 matters (4 layers, a 1024-piece vocabulary).
   (tree / "configs" / "quickstart.yml").write_bytes((CONFIGS_DIR / "quickstart.yml").read_bytes())
@@ -93,3 +117,15 @@ def test_quickstart_losses_are_pinned_on_every_supported_maxtext(version, pinned
   assert probe.returncode == 0 and probe.stdout.strip().splitlines()[-1] == version, probe.stdout + probe.stderr
   losses = _quickstart_losses(version, tmp_path, corpus_dir, jax_cache_dir, _ENV[version])
   assert len(losses) == STEPS and losses == pinned_losses, (losses, pinned_losses)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("run", list(PIPELINE_RUNS))
+def test_every_stage_of_the_pipeline_trains_as_before_it(run, corpus_dir, tmp_path, jax_cache_dir):
+  """The same run through the code before the GEMM pipeline and through today's: the same losses, bit for bit."""
+  tree = _tree(PIPELINE_COMMIT, tmp_path / "tree")
+  (tree / "configs" / "quickstart.yml").write_bytes((CONFIGS_DIR / "quickstart.yml").read_bytes())
+  extra = tuple(PIPELINE_RUNS[run])
+  before = _quickstart_losses("before", tmp_path / "before", corpus_dir, jax_cache_dir, {}, tree, extra)
+  today = _quickstart_losses("today", tmp_path / "today", corpus_dir, jax_cache_dir, {}, REPO_ROOT, extra)
+  assert len(today) == STEPS and today == before, (today, before)

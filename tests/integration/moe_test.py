@@ -16,13 +16,14 @@ import types
 
 import pytest
 
-from MaxText.integration.quant import Nvfp4Quantization
 from MaxText.backends.environment import Backend, Environment
-from MaxText.backends.experts import config_error as _config_error, expert_einsum
-from MaxText.precision.settings import Settings
+from MaxText.backends.experts import expert_einsum
+from MaxText.integration.checks import experts_error
 from MaxText.integration.plan import PlanEntry, PlanError, check
-from MaxText.precision.policy import Precision, PrecisionPolicy
-from tests.helpers import PLUGIN_DEFAULTS, read_losses, train_cli
+from MaxText.integration.quant import Nvfp4Quantization
+from MaxText.integration.settings import settings_of
+from MaxText.precision.policy import Precision
+from tests.helpers import plugin_defaults, read_losses, settings, train_cli
 
 #: Tiny Mixtral-style model on top of configs/tiny.yml (maxtext wants the expert dim = base_mlp_dim when every
 #: layer is MoE).
@@ -179,17 +180,18 @@ def test_baseline_plan_has_bf16_experts(runs):
 
 
 def _config(**overrides):
-  values = dict(PLUGIN_DEFAULTS, num_experts=4, nvfp4_backend="te", emb_dim=64, moe_mlp_dim=256,
+  values = dict(plugin_defaults(), num_experts=4, nvfp4_backend="te", emb_dim=64, moe_mlp_dim=256,
                 ici_expert_parallelism=1, dcn_expert_parallelism=1, num_moe_emb_chunks=0, use_ring_of_experts=False,
                 te_moe_block=False, quantization="te_nvfp4", num_decoder_layers=2)
   return types.SimpleNamespace(**{**values, **overrides})
 
 
-def config_error(config, env=None):
-  return _config_error(config, Settings.from_config(config), env=env)
-
-
 _BLACKWELL = Environment(te_error=None, gpu_capabilities=(10.0,))
+_NO_GPU = Environment(te_error=None, gpu_capabilities=())
+
+
+def config_error(config, env=_NO_GPU):
+  return experts_error(config, settings_of(config), env)
 
 
 def test_te_backend_with_routed_experts_needs_the_opt_out():
@@ -222,7 +224,7 @@ def test_einsum_takes_maxtexts_call_signature():
   unquantized for the dispatch/combine masks, which refuse a 3-D (expert weight) operand rather than run it."""
   import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
 
-  quant = Nvfp4Quantization(policy=PrecisionPolicy(), backend=Backend.EMULATED, experts=Precision.NVFP4)
+  quant = Nvfp4Quantization(settings=settings(), backend=Backend.EMULATED)
   kernels = [("exp", "embed_moe", "mlp_moe"), ("exp", "mlp_moe", "embed_moe"), ("exp", None, "mlp"),
              ("exp", "mlp", None), ("embed_moe", None, "mlp_moe"), ("expert_only", "embed_moe", None)]
   expert = expert_einsum(kernels[0])
@@ -232,7 +234,7 @@ def test_einsum_takes_maxtexts_call_signature():
   assert routing("BSM,BSEC -> EBCM", jnp.ones((2, 16, 4)), jnp.ones((2, 16, 3, 5))).shape == (3, 2, 5, 4)
   with pytest.raises(NotImplementedError, match="3-D"):
     routing("bk,ekn->ben", jnp.ones((2, 4)), jnp.ones((5, 4, 3)))
-  bf16 = Nvfp4Quantization(policy=PrecisionPolicy(), backend=Backend.EMULATED, experts=Precision.BF16)
+  bf16 = Nvfp4Quantization(settings=settings(moe_experts=Precision.BF16), backend=Backend.EMULATED)
   assert bf16.einsum(mesh_axes=kernels[0]) is jnp.einsum
 
 
@@ -241,18 +243,18 @@ def _entry(module, precision, kind="dense"):
 
 
 def test_plan_refuses_unquantized_experts_and_all_bf16():
-  quant = Nvfp4Quantization(policy=PrecisionPolicy(), backend=Backend.EMULATED)
+  quant = Nvfp4Quantization(settings=settings(), backend=Backend.EMULATED)
   gate = _entry("moe/gate", "bf16", "router")
   with pytest.raises(PlanError, match="moe/wi_0"):
     check(quant, [_entry("mlp/wi_0", "nvfp4"), gate, _entry("moe/wi_0", "bf16", "experts")])
   with pytest.raises(PlanError, match="no GEMM"):
     check(quant, [_entry("attention/query", "bf16"), gate])
   check(quant, [_entry("mlp/wi_0", "nvfp4"), gate])  # the recipe: fine
-  opted_out = Nvfp4Quantization(policy=PrecisionPolicy(), backend=Backend.TE, experts_opted_out=True)
+  opted_out = Nvfp4Quantization(settings=settings(moe_experts=Precision.BF16), backend=Backend.TE)
   check(opted_out, [_entry("shared/wi_0", "nvfp4"), _entry("moe/wi_0", "bf16", "experts")])  # asked for
   with pytest.raises(PlanError, match="nvfp4_moe_experts=bf16"):  # Mixtral on TE: nothing would be NVFP4
     check(opted_out, [gate, _entry("moe/wi_0", "bf16", "experts")])
-  baseline = Nvfp4Quantization(policy=PrecisionPolicy(mlp=Precision.BF16), backend=Backend.EMULATED)
+  baseline = Nvfp4Quantization(settings=settings(mlp=Precision.BF16), backend=Backend.EMULATED)
   check(baseline, [_entry("attention/query", "bf16"), _entry("moe/wi_0", "bf16", "experts")])  # asked for
 
 
@@ -285,7 +287,7 @@ def test_deepseek_moe_layers_continue_after_the_dense_layers(tmp_path, monkeypat
   run = experts.ExpertCall.run
 
   def spy(self, *args, **kwargs):
-    jax.debug.callback(flags_seen.append, self.all_bf16)
+    jax.debug.callback(flags_seen.append, self.state.all_bf16)
     return run(self, *args, **kwargs)
 
   monkeypatch.setattr(experts.ExpertCall, "run", spy)

@@ -7,10 +7,11 @@ from MaxText.backends.emulated import Nvfp4DotGeneral
 from MaxText.integration.quant import Nvfp4Quantization
 from MaxText.precision.modes import Backend
 from MaxText.precision.policy import Precision, PrecisionPolicy
+from tests.helpers import settings
 
 
 def test_quant_object_routes_by_kernel_axes():
-  quant = Nvfp4Quantization(policy=PrecisionPolicy(attention=Precision.FP8), backend=Backend.EMULATED)
+  quant = Nvfp4Quantization(settings=settings(attention=Precision.FP8), backend=Backend.EMULATED)
   assert isinstance(quant.dot_general_cls(mesh_axes=("embed", "mlp"))(), Nvfp4DotGeneral)
   assert quant.dot_general_cls(mesh_axes=("embed_attn", "q_heads", "kv")) is nn.Fp8DirectDotGeneralOp
   assert quant.get_block_size() % 16 == 0 and quant.quant_mode == "train" and quant.needs_apply_rngs

@@ -9,11 +9,11 @@ import types
 import pytest
 
 from MaxText.integration import run_record
-from tests.helpers import PLUGIN_DEFAULTS, train_cli
+from tests.helpers import plugin_defaults, train_cli
 
 
 def _config(tmp_path, **keys):
-  values = {**PLUGIN_DEFAULTS, "quantization": "te_nvfp4", "nvfp4_backend": "emulated", **keys}
+  values = {**plugin_defaults(), "quantization": "te_nvfp4", "nvfp4_backend": "emulated", **keys}
   return types.SimpleNamespace(base_output_directory=str(tmp_path), run_name="r", get_keys=lambda: values, **values)
 
 
@@ -21,7 +21,7 @@ def test_record_and_change_detection(tmp_path, caplog) -> None:
   first = _config(tmp_path)
   assert run_record.note_resume(first) is None  # a first run: no record yet
   record = json.loads((tmp_path / "r" / run_record.RECORD_FILE).read_text())
-  assert record == {**PLUGIN_DEFAULTS, "quantization": "te_nvfp4", "nvfp4_backend": "emulated"}
+  assert record == {**plugin_defaults(), "quantization": "te_nvfp4", "nvfp4_backend": "emulated"}
   assert run_record.note_resume(_config(tmp_path, quantization="fp8")) is None  # no checkpoint: not a resume
   (tmp_path / "r" / "checkpoints" / "4").mkdir(parents=True)
   assert run_record.note_resume(_config(tmp_path, quantization="fp8")) is None  # same as the last record: fp8

@@ -13,9 +13,8 @@ import pytest
 
 from MaxText.integration import telemetry
 from MaxText.nvfp4.stats import GEMM_OPERANDS, STAT_NAMES
-from MaxText.precision.settings import Settings
 from MaxText.precision.switches import Switches
-from tests.helpers import TINY_YML, load_config, read_losses, train_cli
+from tests.helpers import TINY_YML, load_config, read_losses, settings, train_cli
 
 
 def _state(stacked: bool) -> dict:
@@ -29,15 +28,15 @@ def _state(stacked: bool) -> dict:
 
 
 def test_metric_names_per_layer_gemm_operand_and_statistic():
-  settings = Settings(switches=Switches(num_layers=3), stats_interval=2)
-  scanned = telemetry.stats_metrics(_state(True), settings)
+  plugin = settings(switches=Switches(num_layers=3), stats_interval=2)
+  scanned = telemetry.stats_metrics(_state(True), plugin)
   assert len(scanned) == 3 * 2 * len(GEMM_OPERANDS) * len(STAT_NAMES)
   assert float(scanned["nvfp4/layer_02/mlp/wo/wgrad_dy/subnormal_scales"]) == 2 * 20 + 4 * 4 + 3
-  unscanned = telemetry.stats_metrics(_state(False), settings)
+  unscanned = telemetry.stats_metrics(_state(False), plugin)
   assert {k for k in scanned if "/wo/" in k} == set(unscanned)
   assert float(unscanned["nvfp4/layer_01/mlp/wo/fprop_x/amax"]) == 20.0
   # A BF16 layer quantizes nothing: no statistics are reported for it.
-  steered = telemetry.stats_metrics(_state(True), Settings(switches=Switches(num_layers=3, layers=(1,)),
+  steered = telemetry.stats_metrics(_state(True), settings(switches=Switches(num_layers=3, layers=(1,)),
                                                            stats_interval=2))
   assert not [k for k in steered if k.startswith("nvfp4/layer_01/")] and len(steered) == 2 * len(scanned) // 3
 
@@ -47,7 +46,7 @@ def test_expert_stacks_report_the_mean_and_the_worst_expert():
   mean over experts (amax: the max) and the worst expert's underflow and rel_error."""
   value = jnp.stack([jnp.full((2, 3, 5, 4), 0.1), jnp.full((2, 3, 5, 4), 0.3)], axis=2)  # expert 1 worse
   state = {"model": {"decoder": {"layers": {"MoeBlock_0": {"nvfp4_experts": {"nvfp4_stats": value}}}}}}
-  metrics = telemetry.stats_metrics(state, Settings(switches=Switches(num_layers=2), stats_interval=1))
+  metrics = telemetry.stats_metrics(state, settings(switches=Switches(num_layers=2), stats_interval=1))
   assert len(metrics) == 2 * 3 * len(GEMM_OPERANDS) * (len(STAT_NAMES) + 2)
   base = "nvfp4/layer_01/MoeBlock_0/experts/wo/wgrad_x"
   assert float(metrics[f"{base}/rel_error"]) == pytest.approx(0.2)
@@ -59,10 +58,10 @@ def test_expert_stacks_report_the_mean_and_the_worst_expert():
 def test_statistics_steps():
   """Every interval-th step, up to but not including nvfp4_bf16_from_step: from that step on every GEMM runs in BF16
   and quantizes nothing, the switch step itself included."""
-  settings = Settings(switches=Switches(num_layers=3, from_step=6), stats_interval=3)
-  assert [s for s in range(10) if telemetry.is_stats_step(settings, s)] == [0, 3]
-  settings = Settings(switches=Switches(num_layers=3), stats_interval=3)
-  assert [s for s in range(10) if telemetry.is_stats_step(settings, s)] == [0, 3, 6, 9]
+  plugin = settings(switches=Switches(num_layers=3, from_step=6), stats_interval=3)
+  assert [s for s in range(10) if plugin.is_stats_step(s)] == [0, 3]
+  plugin = settings(switches=Switches(num_layers=3), stats_interval=3)
+  assert [s for s in range(10) if plugin.is_stats_step(s)] == [0, 3, 6, 9]
 
 
 @pytest.mark.parametrize(

@@ -175,53 +175,6 @@ def test_errors():
     nvfp4_dot_general(jnp.ones((16, 32)), jnp.ones((32, 16)), _DIMS, key=None)
 
 
-# ----------------------------------------------------------------------------- forward_bf16 (late switch)
-
-
-@pytest.mark.parametrize("rhs_dtype", [jnp.bfloat16, jnp.float32])
-@pytest.mark.parametrize("recipe", [GemmRecipe(), GemmRecipe(rht=False, weight_2d=False)], ids=["te_nvfp4", "w1d"])
-def test_forward_bf16_traced_flag(rhs_dtype, recipe):
-  """A traced flag, compiled once: true gives the unquantized forward bit for bit and today's NVFP4 gradients."""
-  dims = (((2,), (0,)), ((), ()))
-  x = jax.random.normal(jax.random.key(0), (2, 32, 64), jnp.bfloat16)
-  w = (jax.random.normal(jax.random.key(1), (64, 2, 48), jnp.float32) * 0.2).astype(rhs_dtype)
-  dy = jax.random.normal(jax.random.key(2), (2, 32, 2, 48), jnp.bfloat16)
-  traces = []
-
-  @jax.jit
-  def run(x, w, dy, flag):
-    traces.append(1)
-    y, pullback = jax.vjp(lambda x, w: nvfp4_dot_general(x, w, dims, key=_KEY, recipe=recipe, forward_bf16=flag),
-                          x, w)
-    return (y, *pullback(dy))
-
-  def today(x, w, dy):
-    y, pullback = jax.vjp(lambda x, w: nvfp4_dot_general(x, w, dims, key=_KEY, recipe=recipe), x, w)
-    return (y, *pullback(dy))
-
-  on, off = run(x, w, dy, jnp.bool_(True)), run(x, w, dy, jnp.bool_(False))
-  assert len(traces) == 1
-  ref = jax.jit(today)(x, w, dy)
-  bits = lambda a: np.asarray(a).view(np.uint16 if a.dtype == jnp.bfloat16 else np.uint32)  # noqa: E731
-  unquantized = jax.lax.dot_general(x, w, dims).astype(x.dtype)
-  assert on[0].dtype == x.dtype and on[0].shape == unquantized.shape
-  np.testing.assert_array_equal(bits(on[0]), bits(unquantized))
-  assert not np.array_equal(bits(off[0]), bits(on[0]))  # the NVFP4 forward really differs
-  for got_on, got_off, want in zip(on, off, ref):
-    np.testing.assert_array_equal(bits(got_off), bits(want))
-  for got_on, want in zip(on[1:], ref[1:]):  # dx, dW: NVFP4 as today, whichever forward ran
-    np.testing.assert_array_equal(bits(got_on), bits(want))
-
-
-def test_forward_bf16_python_true_and_bad_shape():
-  x = jax.random.normal(jax.random.key(0), (32, 64), jnp.bfloat16)
-  w = jax.random.normal(jax.random.key(1), (64, 32), jnp.bfloat16)
-  y = nvfp4_dot_general(x, w, _DIMS, key=_KEY, forward_bf16=True)
-  np.testing.assert_array_equal(np.asarray(y).view(np.uint16), np.asarray(x @ w).view(np.uint16))
-  with pytest.raises(ValueError, match="scalar boolean"):
-    nvfp4_dot_general(x, w, _DIMS, key=_KEY, forward_bf16=jnp.ones((2,), bool))
-
-
 # ----------------------------------------------------------------------------- NaN / Inf reach the outputs
 
 

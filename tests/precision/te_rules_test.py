@@ -15,7 +15,8 @@ import sys
 import pytest
 
 from MaxText.backends import environment
-from MaxText.precision.settings import Settings
+from MaxText.integration.settings import settings_of
+from MaxText.integration.shapes import gemm_dims
 from tests.helpers import BLACKWELL_SOURCE, REPO_ROOT, TINY_YML, blackwell_environment, load_config
 
 
@@ -28,16 +29,6 @@ def load(blackwell):
     return load_config(TINY_YML, *overrides)
 
   return _load
-
-
-class _Overriding:
-  """A loaded config with some keys read as other values (for keys maxtext's own validators would refuse here)."""
-
-  def __init__(self, config, **values):
-    self._config, self._values = config, values
-
-  def __getattr__(self, name):
-    return self._values[name] if name in self._values else getattr(self._config, name)
 
 
 def _message(excinfo) -> str:
@@ -109,8 +100,10 @@ def test_comm_gemm_overlap_refused(load):
   from MaxText.precision.te_rules import te_errors  # pylint: disable=import-outside-toplevel
 
   config = load("quantization=te_nvfp4", "base_emb_dim=128", "nvfp4_backend=te")
-  assert te_errors(config, Settings.from_config(config)) == []
-  errors = te_errors(_Overriding(config, te_comm_gemm_overlap="mlp"), Settings.from_config(config))
+  settings = settings_of(config)
+  dims = gemm_dims(config, settings)
+  assert te_errors(dims, settings, "disabled") == []
+  errors = te_errors(dims, settings, "mlp")
   assert len(errors) == 1 and "te_comm_gemm_overlap=mlp" in errors[0] and "disabled" in errors[0], errors
 
 

@@ -16,6 +16,7 @@ import pytest
 
 from MaxText.backends.targets import TARGETS
 from MaxText.preflight.compile import compile_train_step, target_devices
+from tests.helpers import settings
 
 DIMS = (((2,), (0,)), ((), ()))
 
@@ -53,7 +54,7 @@ def test_te_nvfp4_gemm_compiles_for_blackwell(te, target):
   from MaxText.precision.policy import Precision  # pylint: disable=import-outside-toplevel
 
   del te
-  compiled = _compile_gemm(te_backend.dot_general_cls(Precision.NVFP4, GemmRecipe())(), _device(target))
+  compiled = _compile_gemm(te_backend.dot_general_cls(Precision.NVFP4, settings())(), _device(target))
   text = compiled.as_text()
   assert text.count('custom_call_target="te_gemm_v2_ffi"') == 3, "fprop, dgrad and wgrad are TE's FP4 GEMMs"
   memory = compiled.memory_analysis()
@@ -68,7 +69,7 @@ def test_emulated_nvfp4_gemm_compiles_for_h100(te):
   from MaxText.nvfp4.gemm import GemmRecipe  # pylint: disable=import-outside-toplevel
 
   del te
-  compiled = _compile_gemm(functools.partial(Nvfp4DotGeneral, recipe=GemmRecipe())(), _device("h100"))
+  compiled = _compile_gemm(Nvfp4DotGeneral(settings=settings()), _device("h100"))
   assert "te_gemm" not in compiled.as_text()
   assert compiled.memory_analysis().temp_size_in_bytes > 0
 

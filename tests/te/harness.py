@@ -140,6 +140,8 @@ def guard_inputs(text: str, result_type: str) -> list[set[str]]:
       return set().union(*(finite_sources(defs, o, depth + 1) for o in operands))
     if line.startswith("stablehlo.is_finite "):
       reduced = defs.get(re.findall(r"%[\w#]+", line)[0].split("#")[0], "")
+      while reduced.startswith("stablehlo.convert "):  # max|dY| is checked as the f32 it travels as
+        reduced = defs.get(re.findall(r"%[\w#]+", reduced)[0].split("#")[0], "")
       match = re.search(r"applies stablehlo\.maximum .*: \((tensor<[^>]+>)", reduced)
       return {match.group(1)} if match else set()
     return set()

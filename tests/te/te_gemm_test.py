@@ -16,6 +16,7 @@ from collections import Counter
 
 import pytest
 
+from tests.helpers import settings
 from tests.te import harness
 
 GEMM, QUANTIZE, RHT_AMAX = "te_gemm_v2_ffi", "te_dbias_quantize_ffi", "te_rht_amax_ffi"
@@ -31,13 +32,13 @@ def _lower_gemm(te, recipe, precision="nvfp4", nonfinite_check=True, stats_inter
 
   from MaxText.backends import flags  # pylint: disable=import-outside-toplevel
   from MaxText.backends import te as te_backend  # pylint: disable=import-outside-toplevel
-  from MaxText.backends.telemetry import STATS_COLLECTION  # pylint: disable=import-outside-toplevel
+  from MaxText.backends.pipeline import OVERWRITE_COLLECTION as STATS_COLLECTION  # pylint: disable=import-outside-toplevel
   from MaxText.precision.policy import Precision  # pylint: disable=import-outside-toplevel
   from MaxText.precision.switches import Switches  # pylint: disable=import-outside-toplevel
 
   del te  # imported without a driver by the fixture
-  module = te_backend.dot_general_cls(Precision(precision), recipe, nonfinite_check, switches or Switches(),
-                                      stats_interval)()
+  module = te_backend.dot_general_cls(Precision(precision), settings(
+      recipe=recipe, nonfinite_check=nonfinite_check, switches=switches or Switches(), stats_interval=stats_interval))()
   x = jax.ShapeDtypeStruct((2, 64, 128), jnp.bfloat16)
   w = jax.ShapeDtypeStruct((128, 256), jnp.bfloat16)
   dims = (((2,), (0,)), ((), ()))
@@ -182,7 +183,7 @@ def test_te_module_serves_a_new_stochastic_rounding_key_each_step(te):
 
   del te
 
-  class Probe(te_backend.dot_general_cls(Precision.NVFP4, GemmRecipe())):  # the TE module's make_rng, TE not run
+  class Probe(te_backend.dot_general_cls(Precision.NVFP4, settings())):  # the TE module's make_rng, TE not run
     @nn.compact
     def __call__(self):  # pylint: disable=arguments-differ
       return self.make_rng("sr_rng")  # once per forward, as TE asks (for the output-gradient quantizer)

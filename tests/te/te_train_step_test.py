@@ -36,15 +36,14 @@ def _say(message: str) -> None:
 
 @pytest.fixture(scope="module")
 def blackwell(te):
-  """The backend probe answers like a Blackwell node whose TE accepts NVFP4 (TE's own check, with TE imported without a driver)."""
+  """Backends are chosen as on a Blackwell node whose TE accepts NVFP4 (TE's own check, with TE imported without a
+  driver)."""
   from MaxText.backends import environment as backend  # pylint: disable=import-outside-toplevel
   from tests.helpers import blackwell_environment  # pylint: disable=import-outside-toplevel
 
   del te
-  original = backend.probe_environment
-  backend.probe_environment = lambda: blackwell_environment(4, backend.te_nvfp4_support_error())
-  yield
-  backend.probe_environment = original
+  with backend.answering(blackwell_environment(4, backend.te_nvfp4_support_error())):
+    yield
 
 
 def _lower(config_path, overrides) -> str:

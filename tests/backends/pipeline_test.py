@@ -10,10 +10,12 @@ import pytest
 
 from MaxText.backends import flags
 from MaxText.backends.emulated import Nvfp4DotGeneral
-from MaxText.backends.telemetry import STATS_COLLECTION, STATS_NAME
+from MaxText.backends.pipeline import OVERWRITE_COLLECTION as STATS_COLLECTION
+from MaxText.backends.pipeline import STATS_NAME
 from MaxText.nvfp4.gemm import GemmRecipe
 from MaxText.nvfp4.stats import GEMM_OPERANDS, STAT_NAMES
 from tests.nvfp4.stats_test import _oracle
+from tests.helpers import settings
 
 # DenseGeneral's MLP up-projection layout: x (batch, seq, embed) . W (embed, mlp).
 _DIMS = (((2,), (0,)), ((), ()))
@@ -30,7 +32,7 @@ def _operands():
 def _run(interval: int, step: int, sink_value: float = 0.0):
   """y, dx, dW and the statistics variable's gradient of one GEMM call at `step`."""
   x, w, dy = _operands()
-  module = Nvfp4DotGeneral(recipe=GemmRecipe(), stats_interval=interval)
+  module = Nvfp4DotGeneral(settings=settings(stats_interval=interval))
   rngs = {"params": jax.random.key(1), "dropout": jax.random.key(2)}
   variables = module.init(rngs, x, w, _DIMS)
   sink = variables.get(STATS_COLLECTION, {}).get(STATS_NAME)

@@ -1,9 +1,11 @@
 # Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
 
-"""te_backend's non-finite guard, on a plain JAX GEMM (it wraps any differentiable gemm(x, w, extra)).
+"""The pipeline's stages on plain JAX GEMMs (each wraps any differentiable gemm(x, w, extra)): the non-finite guard
+and the forward-only switch.
 
-Why here and not only in tests/te: the guard's logic (which operand poisons which output) runs on CPU with real
-numbers; the TE group checks that the same ops sit beside TE's kernels in the lowered train step.
+Why here and not only in tests/te: their logic (which operand poisons which output; which forward and which
+gradients after the switch) runs on CPU with real numbers; the TE group checks that the same ops sit beside TE's
+kernels in the lowered train step.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from MaxText.backends.te import forward_switched, nonfinite_guard
+from MaxText.backends.stages import Core, forward_switch, guard
 
 
 def _gemm(x, w, extra):
@@ -43,7 +45,7 @@ _swallowing_gemm.defvjp(_swallowing_fwd, _swallowing_bwd)
 
 
 def _outputs(x, w, dy, gemm=_gemm):
-  guarded = nonfinite_guard(gemm)
+  guarded = guard(gemm)
   y, pullback = jax.vjp(lambda a, b: guarded(a, b, None), x, w)
   dx, dw = pullback(dy)
   return {"y": bool(jnp.all(jnp.isfinite(y))), "dx": bool(jnp.all(jnp.isfinite(dx))),
@@ -77,7 +79,7 @@ def test_a_nonfinite_operand_poisons_exactly_the_gemms_it_feeds(bad, finite, val
 def test_guard_leaves_finite_results_unchanged():
   x = jnp.arange(12.0).reshape(3, 4)
   w = jnp.ones((4, 2))
-  y, pullback = jax.vjp(lambda a, b: nonfinite_guard(_gemm)(a, b, None), x, w)
+  y, pullback = jax.vjp(lambda a, b: guard(_gemm)(a, b, None), x, w)
   dx, dw = pullback(jnp.ones((3, 2)))
   np.testing.assert_array_equal(y, x @ w)
   np.testing.assert_array_equal(dx, jnp.ones((3, 2)) @ w.T)
@@ -109,7 +111,7 @@ def test_forward_switch_changes_the_forward_output_only(switched):
   dgrad and wgrad stay the NVFP4 GEMM's own (its pullback, on its own quantized operands); before it, all NVFP4."""
   rng = np.random.default_rng(1)
   x, w, dy = (jnp.asarray(rng.standard_normal(s).astype(np.float32)) for s in ((8, 16), (16, 4), (8, 4)))
-  gemm = forward_switched(_marked_gemm, lambda a, b: a @ b, jnp.asarray(switched))
+  gemm = forward_switch(Core.from_vjp(_marked_gemm), lambda a, b: a @ b, jnp.asarray(switched))
   y, pullback = jax.jit(lambda a, b: jax.vjp(lambda p, q: gemm(p, q, None), a, b))(x, w)
   dx, dw = pullback(dy)
   np.testing.assert_allclose(y, (1.0 if switched else 2.0) * (x @ w), rtol=1e-6)

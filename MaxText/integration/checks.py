@@ -1,0 +1,141 @@
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
+"""What a config is checked for when it loads: NVFP4 settings that cannot take effect, refused in one line.
+
+Why at load: maxtext builds and compiles the model long after the config loads, and a GEMM shape TE refuses, a key
+that would quantize nothing or an expert path that would train unquantized otherwise surfaces as a traceback from
+deep inside a traced step, or not at all. Each message names the key, its value and what works. The backend is
+chosen against the environment of `MaxText.backends.environment.current()` (this machine's, or the one a caller
+answers with, as the pre-flight does for its target GPUs).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from MaxText.backends import environment
+from MaxText.backends.experts import TE_MISSING, expert_gemms
+from MaxText.integration.shapes import gemm_dims
+from MaxText.nvfp4.formats import BLOCK_SIZE
+from MaxText.precision.gemm_shapes import block_errors
+from MaxText.precision.modes import Backend, plain
+from MaxText.precision.policy import Precision
+from MaxText.precision.settings import Settings
+from MaxText.precision.te_rules import te_errors
+
+__all__ = ["check", "experts_error"]
+
+
+def check(config: Any, settings: Settings, env: environment.Environment | None = None) -> None:
+  """Raises ValueError (one line) for the first thing in `config` the plugin's `settings` cannot honour.
+
+  `env` is what the backend choice is made against (default: `environment.current()`, asked only for NVFP4 modes).
+  """
+  _check_stats(config, settings)
+  if not settings.nvfp4:
+    return
+  mode = settings.quantization
+  if config.use_qwix_quantization:
+    raise ValueError(f"quantization={mode} with use_qwix_quantization=true: maxtext would silently train "
+                     "unquantized (its qwix path has no NVFP4 rule). Set use_qwix_quantization=false.")
+  if plain(config.shard_mode) == "explicit":
+    raise ValueError(f"quantization={mode} with shard_mode=explicit: the NVFP4 GEMMs take their tensor amax "
+                     "under auto (GSPMD) sharding only. Set shard_mode=auto.")
+  env = env or environment.current()
+  if (error := experts_error(config, settings, env)) is not None:  # routed experts: NVFP4 where they can run
+    raise ValueError(error)
+  _check_bf16_layers_and_steps(config, settings)
+  # te: raises ValueError naming the reason and nvfp4_backend=emulated; auto: the choice, logged once.
+  on_te = environment.resolve_backend(settings.backend, env) is Backend.TE
+  dims = gemm_dims(config, settings)
+  errors = block_errors(dims, BLOCK_SIZE, mode)
+  if not errors and on_te:  # what TransformerEngine would refuse on Blackwell, per device (precision/te_rules.py)
+    errors = te_errors(dims, settings, plain(getattr(config, "te_comm_gemm_overlap", "disabled")))
+  if errors:
+    raise ValueError(errors[0] + (f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""))
+
+
+def _check_stats(config: Any, settings: Settings) -> None:
+  """nvfp4_stats_interval: not negative; only where NVFP4 GEMMs run and maxtext hands the statistics back."""
+  interval = settings.stats_interval
+  if interval < 0:
+    raise ValueError(f"nvfp4_stats_interval={interval} is negative; use 0 (off) or N >= 1 (every N steps).")
+  if not interval:
+    return
+  if not settings.nvfp4:
+    raise ValueError(f"nvfp4_stats_interval={interval} with quantization={settings.quantization!r}: the "
+                     "statistics describe NVFP4 GEMMs; use quantization=te_nvfp4 or te_nvfp4_no_rht, or "
+                     "nvfp4_stats_interval=0.")
+  if settings.mlp is not Precision.NVFP4:
+    raise ValueError(f"nvfp4_stats_interval={interval} with nvfp4_mlp_precision=bf16: no GEMM is NVFP4, so "
+                     "there is nothing to measure; set nvfp4_stats_interval=0 for the BF16 baseline.")
+  if int(getattr(config, "gradient_accumulation_steps", 1) or 1) > 1:
+    raise ValueError(f"nvfp4_stats_interval={interval} with gradient_accumulation_steps="
+                     f"{config.gradient_accumulation_steps}: maxtext's accumulation loop does not hand the "
+                     "statistics back; set gradient_accumulation_steps=1 for the statistics run.")
+  if getattr(config, "using_pipeline_parallelism", False):
+    raise ValueError(f"nvfp4_stats_interval={interval} is not supported with pipeline parallelism "
+                     "(ici/dcn_pipeline_parallelism > 1); set nvfp4_stats_interval=0 or drop the pipeline.")
+
+
+def _check_bf16_layers_and_steps(config: Any, settings: Settings) -> None:
+  """nvfp4_bf16_* keys: in range, and leaving at least one NVFP4 GEMM (else the mode would quantize nothing)."""
+  mode, switches = settings.quantization, settings.switches
+  first, last, layers = switches.first_layers, switches.last_layers, switches.num_layers
+  for key, value in (("nvfp4_bf16_first_layers", first), ("nvfp4_bf16_last_layers", last),
+                     ("nvfp4_bf16_from_step", switches.from_step),
+                     ("nvfp4_bf16_forward_from_step", switches.forward_from_step)):
+    if value is not None and value < 0:
+      raise ValueError(f"{key}={value} is negative; use 0 or more (None for the step keys: never switch).")
+  if first + last > layers:
+    raise ValueError(f"nvfp4_bf16_first_layers={first} + nvfp4_bf16_last_layers={last} exceeds the "
+                     f"{layers} decoder layers (num_decoder_layers={layers}); keep their sum at most {layers}.")
+  named = list(switches.layers)
+  if (outside := [i for i in named if not 0 <= i < layers]):
+    raise ValueError(f"nvfp4_bf16_layers={named}: layer {outside[0]} is outside [0, {layers}) (num_decoder_layers="
+                     f"{layers}); name decoder layers 0 to {layers - 1}.")
+  if len(set(named)) != len(named):
+    repeated = sorted({i for i in named if named.count(i) > 1})
+    raise ValueError(f"nvfp4_bf16_layers={named} names layer {repeated[0]} more than once; name each layer once.")
+  if switches.per_layer and settings.mlp is Precision.NVFP4 and switches.bf16_layer_count() == layers:
+    raise ValueError(f"quantization={mode} with nvfp4_bf16_first_layers={first}, nvfp4_bf16_last_layers={last} "
+                     f"and nvfp4_bf16_layers={named} = all {layers} decoder layers puts no GEMM in NVFP4; "
+                     "steer fewer layers, or set nvfp4_mlp_precision=bf16 for an all-BF16 baseline.")
+  if switches.from_step == 0:
+    raise ValueError(f"quantization={mode} with nvfp4_bf16_from_step=0 runs every GEMM in BF16 from the first "
+                     "step: no GEMM is NVFP4. Use a later step, or nvfp4_mlp_precision=bf16 for a BF16 baseline.")
+  if switches.any and getattr(config, "using_pipeline_parallelism", False):
+    raise ValueError("nvfp4_bf16_first_layers/last_layers/layers/from_step/forward_from_step are not supported with "
+                     "pipeline parallelism (ici/dcn_pipeline_parallelism > 1); unset them or the pipeline.")
+
+
+def experts_error(config: Any, settings: Settings, env: environment.Environment) -> str | None:
+  """Why this config cannot run NVFP4 routed experts (one line naming keys, values and what works), or None.
+
+  Routed experts (num_experts > 1) whose MLP precision asks for NVFP4 need a backend with NVFP4 expert GEMMs (`env`
+  resolves nvfp4_backend=te/auto) and none of maxtext's expert layouts the NVFP4 hooks do not cover.
+  """
+  num_experts = int(getattr(config, "num_experts", 1) or 1)
+  if num_experts <= 1 or settings.experts is Precision.BF16:
+    return None
+  where = f"quantization={settings.quantization} with num_experts={num_experts}"
+  backend = settings.backend.value
+  if settings.backend is not Backend.EMULATED:
+    resolved = environment.resolve_backend(backend, env)  # "te" where TE cannot run raises its own one-line error
+    if expert_gemms(resolved) is None:
+      return (f"{where} and nvfp4_backend={backend} (-> {resolved.value}): no NVFP4 expert GEMMs on this backend "
+              f"({TE_MISSING}). Set nvfp4_moe_experts=bf16 (experts BF16, dense GEMMs NVFP4) or "
+              "nvfp4_backend=emulated.")
+  unsupported = [(key, getattr(config, key, None), why) for key, why in (
+      ("ici_expert_parallelism", "expert parallelism"), ("dcn_expert_parallelism", "expert parallelism"),
+      ("num_moe_emb_chunks", "chunked expert GEMMs"), ("use_ring_of_experts", "ring of experts"),
+      ("te_moe_block", "TE's MoE block")) if (getattr(config, key, 0) or 0) not in (0, 1, False)]
+  if unsupported:
+    key, value, why = unsupported[0]
+    return (f"{where}: {key}={value} ({why}) is not supported with NVFP4 experts. Unset it, or set "
+            "nvfp4_moe_experts=bf16.")
+  for key in ("emb_dim", "moe_mlp_dim"):
+    size = int(getattr(config, key, 0) or 0)
+    if size % BLOCK_SIZE:
+      return (f"{where}: {key}={size} is not a multiple of {BLOCK_SIZE} (NVFP4 blocks every expert GEMM dim by "
+              f"{BLOCK_SIZE}). Use a multiple of {BLOCK_SIZE}, or nvfp4_moe_experts=bf16.")
+  return None

@@ -1,0 +1,96 @@
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
+"""A maxtext config's model shape as the precision layer's plain numbers: widths, tokens per forward pass, and the
+mesh axes that split them (`MaxText.precision.gemm_shapes.ModelShape`).
+
+Why here: these are maxtext facts (its config keys, its parallelism lists, its logical axis rules); the GEMM dims and
+the rules on them (NVFP4's blocks, TransformerEngine's alignments) are computed from the numbers, below this layer.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from MaxText.precision.gemm_shapes import GemmDims, ModelShape, Sized, nvfp4_gemm_dims
+from MaxText.precision.settings import Settings
+
+__all__ = ["gemm_dims", "mesh_sizes", "model_shape"]
+
+#: Mesh axes that split the token (row) dimension of an MLP GEMM's activations: maxtext's rules for
+#: activation_batch and activation_length.
+_BATCH_AXES = ("data", "fsdp", "fsdp_transpose", "expert")
+_LENGTH_AXES = ("context", "context_usp_ulysses")
+#: Mesh axes that split the mlp dimension (activation_mlp).
+_MLP_AXES = ("tensor", "tensor_sequence")
+
+
+def _resolve(parallelism: list[int], mesh_axes: list[str], num_devices: int) -> dict[str, int]:
+  """Mesh axis sizes with a single -1 given what the others leave, as maxtext's mesh creation does."""
+  specified = math.prod(size for size in parallelism if size != -1)
+  leftover = num_devices // specified if specified > 0 and num_devices > 0 and num_devices % specified == 0 else 1
+  return {axis: (leftover if size == -1 else max(int(size), 1)) for axis, size in zip(mesh_axes, parallelism)}
+
+
+def mesh_sizes(config: Any) -> dict[str, int]:
+  """Size of every mesh axis (ICI x DCN) the run will get, from the config's resolved parallelism lists."""
+  num_devices = int(getattr(config, "num_target_devices", 1) or 1)
+  num_slices = max(int(getattr(config, "num_slices", 1) or 1), 1)
+  axes = list(config.mesh_axes)
+  ici = _resolve(list(config.ici_parallelism), axes, num_devices // num_slices)
+  dcn = _resolve(list(config.dcn_parallelism), axes, num_slices)
+  return {axis: ici.get(axis, 1) * dcn.get(axis, 1) for axis in axes}
+
+
+def _shards(sizes: dict[str, int], axes: tuple[str, ...]) -> Sized:
+  """How many devices the mesh axes `axes` make together, and the parallelism that does it (e.g. 'tensor=2')."""
+  return Sized(math.prod(sizes.get(a, 1) for a in axes), " ".join(f"{a}={sizes[a]}" for a in axes
+                                                                    if sizes.get(a, 1) > 1))
+
+
+def _tokens(config: Any, phase: str) -> Sized:
+  """Tokens of one forward pass (and the keys that set it) for the train or eval batch."""
+  seq = int(config.max_target_length)
+  if phase == "train":
+    batch, pdbs_key = int(config.micro_batch_size_to_train_on), "per_device_batch_size"
+  else:
+    batch, pdbs_key = int(config.micro_batch_size_to_eval_on), "eval_per_device_batch_size"
+  keys = f"{pdbs_key}={getattr(config, pdbs_key)} max_target_length={seq}"
+  devices = int(getattr(config, "num_target_devices", 1) or 1)
+  if devices > 1:
+    keys += f" on {devices} devices"
+  if phase == "train" and getattr(config, "using_pipeline_parallelism", False):
+    microbatches = max(int(config.num_pipeline_microbatches), 1)
+    batch //= microbatches
+    keys += f" num_pipeline_microbatches={microbatches}"
+  return Sized(batch * seq, keys)
+
+
+def _activation_embed_axes(config: Any) -> tuple[str, ...]:
+  """The mesh axes maxtext's logical axis rules shard the activations' embed dim over (first rule that names it;
+  maxtext 0.2.5's default: tensor). Found by compiling for 4 B200s (fsdp 2 x tensor 2): TE's partitioner then
+  Hadamard-transforms x and dY shards of emb / tensor columns."""
+  for rule in getattr(config, "logical_axis_rules", None) or ():
+    name, axes = rule[0], rule[1]
+    if name == "activation_embed":
+      return (axes,) if isinstance(axes, str) else tuple(a for a in (axes or ()) if a)
+  return ()
+
+
+def model_shape(config: Any) -> ModelShape:
+  """The MLP shape of maxtext's validated `config` (derived values set: emb_dim, mlp_dim, micro batch sizes,
+  resolved parallelism). Eval tokens are given only when the run evaluates (eval_interval > 0)."""
+  sizes = mesh_sizes(config)
+  emb, mlp = int(config.emb_dim), int(config.mlp_dim)
+  phases = ["train"] + (["eval"] if int(getattr(config, "eval_interval", -1)) > 0 else [])
+  return ModelShape(
+      emb=Sized(emb, f"emb_dim={emb} (base_emb_dim={config.base_emb_dim})"),
+      mlp=Sized(mlp, f"mlp_dim={mlp} (base_mlp_dim={config.base_mlp_dim})"),
+      num_activations=len(config.mlp_activations), fused=bool(getattr(config, "fused_mlp", False)),
+      tokens={phase: _tokens(config, phase) for phase in phases},
+      row_shards=_shards(sizes, _BATCH_AXES + _LENGTH_AXES), mlp_shards=_shards(sizes, _MLP_AXES),
+      embed_shards=_shards(sizes, _activation_embed_axes(config)))
+
+
+def gemm_dims(config: Any, settings: Settings) -> list[GemmDims]:
+  """The NVFP4 MLP GEMMs of `config` (nvfp4_gemm_dims of its model_shape)."""
+  return nvfp4_gemm_dims(model_shape(config), settings)
