@@ -5,6 +5,7 @@ function-local import says why it is one (an optional heavy dependency or import
 from __future__ import annotations
 
 import ast
+import importlib.util
 import pathlib
 import subprocess
 import sys
@@ -50,3 +51,52 @@ def test_function_local_imports_give_a_reason(path, line, text):
   reasons = [t.split("import-outside-toplevel", 1)[1] for t in text if "import-outside-toplevel" in t]
   assert any(r.strip().startswith("#") and len(r.split()) >= 3 for r in reasons), \
       f"{path.relative_to(REPO_ROOT)}:{line}: say why this import is local (optional dependency, import cost)"
+
+
+#: The declared tables through which the package replaces another module's attributes, each checked before it is
+#: applied: the seam (maxtext's and jax's symbols) and the pre-flight's answers to TransformerEngine's device queries.
+_DECLARED = {_PACKAGE / "integration" / "seam.py", _PACKAGE / "preflight" / "deviceless.py"}
+
+
+def _is_module(name: str) -> bool:
+  try:
+    return importlib.util.find_spec(name) is not None
+  except (ImportError, ValueError):  # a parent that is not a package: `name` is an attribute, not a module
+    return False
+
+
+def _module_names(tree: ast.Module) -> set[str]:
+  """Names a module binds to imported modules (`import a.b` binds a; `import a.b as c` binds c; `from a import b`
+  binds b when a.b is a module)."""
+  names = set()
+  for node in ast.walk(tree):
+    if isinstance(node, ast.Import):
+      names |= {alias.asname or alias.name.split(".")[0] for alias in node.names}
+    elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+      names |= {alias.asname or alias.name for alias in node.names if _is_module(f"{node.module}.{alias.name}")}
+  return names
+
+
+def _root(node: ast.expr) -> str | None:
+  while isinstance(node, ast.Attribute):
+    node = node.value
+  return node.id if isinstance(node, ast.Name) else None
+
+
+def test_other_modules_attributes_are_set_only_through_the_declared_tables():
+  """No module of the package assigns to another module's attribute (`jax.lax.x = ...`, `setattr(module, ...)`)
+  outside the seam and the deviceless answers."""
+  found = []
+  for path in sorted(_PACKAGE.rglob("*.py")):
+    if path in _DECLARED:
+      continue
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    modules = _module_names(tree)
+    for node in ast.walk(tree):
+      targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AugAssign) \
+          else []
+      found += [(path.name, node.lineno) for t in targets if isinstance(t, ast.Attribute) and _root(t) in modules]
+      if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr" \
+          and node.args and _root(node.args[0]) in modules:
+        found.append((path.name, node.lineno))
+  assert not found, found

@@ -17,7 +17,10 @@ from MaxText.compare.metrics import RunMetrics, load_run
 from MaxText.compare.report import build_report, markdown_summary, write_report
 from MaxText.compare.schema import Report, Settings
 
-_DEFAULTS = Settings()
+#: Each option and the Settings field it sets; its type, default and help come from the field (one declaration).
+_OPTIONS = (("--window-start", "window_start"), ("--smooth", "smooth"), ("--step0-tol", "step0_tolerance"),
+            ("--perf-start-step", "perf_start_step"), ("--band-rel", "band_rel"), ("--drift-rel", "drift_rel"),
+            ("--contention-cores", "contention_cores"))
 
 
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -28,26 +31,10 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
   parser.add_argument("runs", nargs="*", metavar="RUN", help="run dir, metrics .jsonl, or NAME=PATH")
   parser.add_argument("--baseline", help="name of the baseline run (a run dir's basename, or NAME of NAME=PATH)")
   parser.add_argument("--out", default="results/compare", help="output dir for report.md/json and the plots")
-  parser.add_argument(
-      "--window-start", type=int, default=None, help="first step of the gap window (default: end of warm-up)"
-  )
-  parser.add_argument("--smooth", type=int, default=_DEFAULTS.smooth, help="steps in the trailing means")
-  parser.add_argument(
-      "--step0-tol", type=float, default=_DEFAULTS.step0_tolerance, help="nats within which step-0 losses agree"
-  )
-  parser.add_argument(
-      "--perf-start-step", type=int, default=_DEFAULTS.perf_start_step, help="throughput medians use steps >= this"
-  )
-  parser.add_argument(
-      "--band-rel", type=float, default=_DEFAULTS.band_rel, help="verdict ok: |gap| / baseline loss <= this"
-  )
-  parser.add_argument(
-      "--drift-rel", type=float, default=_DEFAULTS.drift_rel, help="verdict drifting up to this relative gap, off above"
-  )
-  parser.add_argument(
-      "--contention-cores", type=float, default=_DEFAULTS.contention_cores,
-      help="other work busier than this many cores during a run (machine.json) withholds the speedup",
-  )  # fmt: skip
+  for flag, field in _OPTIONS:
+    info = Settings.model_fields[field]
+    number = int if "int" in str(info.annotation) else float
+    parser.add_argument(flag, dest=field, type=number, default=info.default, help=info.description.replace("%", "%%"))
   parser.add_argument("--print-schema", action="store_true", help="print report.json's JSON Schema and exit")
   return parser.parse_args(argv)
 
@@ -68,15 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("error: give at least two runs and --baseline NAME (see --help)", file=sys.stderr)
     return 2
   try:
-    settings = Settings(
-        window_start=args.window_start,
-        smooth=args.smooth,
-        step0_tolerance=args.step0_tol,
-        perf_start_step=args.perf_start_step,
-        band_rel=args.band_rel,
-        drift_rel=args.drift_rel,
-        contention_cores=args.contention_cores,
-    )
+    settings = Settings(**{field: getattr(args, field) for _, field in _OPTIONS})
     runs = [_load(spec) for spec in args.runs]
     report = build_report(runs, args.baseline, settings)
   except ValueError as e:  # pydantic's ValidationError is a ValueError too

@@ -25,6 +25,7 @@ import numpy as np
 
 from MaxText.compare.runinfo import RunInfo, read_info
 from MaxText.compare.schema import MetricsSource
+from MaxText.integration import artifacts
 
 LOSS_KEY = "learning/loss"
 STEP_TIME_KEY = "perf/step_time_seconds"
@@ -39,8 +40,8 @@ TRAIN_KEYS = (LOSS_KEY, STEP_TIME_KEY, TFLOPS_KEY, TOKENS_KEY, LR_KEY)
 #: File names a metrics_file gets in this project's scripts, tried first when a run dir holds several *.jsonl.
 PREFERRED_JSONL_NAMES = ("metrics.jsonl", "metrics.txt")
 TB_GLOB = "events.out.tfevents.*"
-#: Metric names of the per-GEMM quantization statistics (MaxText.integration.telemetry).
-QUANT_STATS_PREFIX = "nvfp4/"
+#: Metric names of the per-GEMM quantization statistics (MaxText.integration.artifacts, as the trainer writes them).
+QUANT_STATS_PREFIX = artifacts.STATS_PREFIX
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -21,13 +21,12 @@ from matplotlib.figure import Figure  # pylint: disable=wrong-import-position
 
 import numpy as np  # pylint: disable=wrong-import-position
 
-from MaxText.compare.metrics import QUANT_STATS_PREFIX as PREFIX  # pylint: disable=wrong-import-position
 from MaxText.compare.metrics import RunMetrics  # pylint: disable=wrong-import-position
 from MaxText.compare.schema import QuantStatsRow, QuantStatsSummary  # pylint: disable=wrong-import-position
+from MaxText.integration import artifacts  # pylint: disable=wrong-import-position
 
 __all__ = ["heatmap_file", "parse_name", "plot_all", "plot_heatmap", "summarize"]
 
-_NAME_RE = re.compile(r"^nvfp4/layer_(?P<layer>-?\d+)/(?P<gemm>.+)/(?P<operand>[a-z_]+)/(?P<stat>[a-z_]+)$")
 #: Statistics drawn, with their color scale's label.
 _DRAWN = (("rel_error", "relative error ||q(x) - x|| / ||x||"), ("underflow", "underflow: nonzero -> 0"))
 _DPI = 120
@@ -35,8 +34,8 @@ _DPI = 120
 
 def parse_name(name: str) -> tuple[int, str, str, str] | None:
   """(layer, gemm, operand, statistic) of a statistic's metric name, or None for any other metric."""
-  match = _NAME_RE.match(name)
-  return None if match is None else (int(match["layer"]), match["gemm"], match["operand"], match["stat"])
+  parsed = artifacts.parse_stat_name(name)
+  return None if parsed is None else (parsed.layer, parsed.gemm, parsed.operand, parsed.stat)
 
 
 def heatmap_file(run_name: str) -> str:
@@ -60,7 +59,10 @@ def _grid(values: dict[str, float], stat: str) -> tuple[list[int], list[str], np
 
 def summarize(run: RunMetrics, top: int = 5) -> QuantStatsSummary | None:
   """The `top` layer/GEMM/operand cells with the largest relative error at the run's last statistics step, with
-  their underflow and the key that would run that layer's MLP GEMMs in BF16; None if the run logged none."""
+  their underflow; and the layer whose mean relative error is largest, with the key that would run its MLP GEMMs in
+  BF16 only when it stands out: when it exceeds the median of the other layers by more than their spread (max - min;
+  at least two other layers). A layer 0.4% above the others, inside their own variation, is no finding. None if the
+  run logged no statistics."""
   if not run.quant_stats:
     return None
   step = max(run.quant_stats)
@@ -71,18 +73,21 @@ def summarize(run: RunMetrics, top: int = 5) -> QuantStatsSummary | None:
     if parsed is None or parsed[3] != "rel_error":
       continue
     layer, gemm, operand, _ = parsed
-    underflow = values.get(f"{PREFIX}layer_{layer:02d}/{gemm}/{operand}/underflow")
+    underflow = values.get(artifacts.stat_name(layer, gemm, operand, "underflow"))
     rows.append(QuantStatsRow(layer=layer, gemm=gemm, operand=operand, rel_error=value, underflow=underflow))
   rows.sort(key=lambda r: -r.rel_error if np.isfinite(r.rel_error) else -np.inf)
   layers = {r.layer for r in rows}
-  by_layer = {layer: np.nanmean([r.rel_error for r in rows if r.layer == layer]) for layer in layers}
+  by_layer = {layer: float(np.nanmean([r.rel_error for r in rows if r.layer == layer])) for layer in layers}
   worst_layer = max(by_layer, key=lambda layer: by_layer[layer]) if by_layer else None
   median = float(np.nanmedian(list(by_layer.values()))) if by_layer else None
+  others = [v for layer, v in by_layer.items() if layer != worst_layer]
+  spread = float(max(others) - min(others)) if len(others) >= 2 else None
+  stands_out = None if spread is None else bool(by_layer[worst_layer] - float(np.median(others)) > spread)
   return QuantStatsSummary(
       run=run.name, step=step, statistics=len(values), heatmap=heatmap_file(run.name), worst=rows[:top],
-      worst_layer=worst_layer, worst_layer_mean_rel_error=None if worst_layer is None else float(by_layer[worst_layer]),
-      median_layer_mean_rel_error=median,
-      try_key=None if worst_layer is None else f"nvfp4_bf16_layers=[{worst_layer}]")
+      worst_layer=worst_layer, worst_layer_mean_rel_error=None if worst_layer is None else by_layer[worst_layer],
+      median_layer_mean_rel_error=median, others_spread=spread, stands_out=stands_out,
+      try_key=f"nvfp4_bf16_layers=[{worst_layer}]" if stands_out else None)
 
 
 def plot_heatmap(run: RunMetrics, path: Path) -> None:

@@ -245,9 +245,15 @@ def quant_stats_lines(report: Report) -> list[str]:
     lines += [f"`{q.run}`, statistics step {q.step} ({q.statistics} statistics; heatmap `{q.heatmap}`):", "",
               _markdown_table("| layer | GEMM | operand | rel_error | underflow |\n|---:|---|---|---:|---:|\n", rows)]
     if q.worst_layer is not None:
-      lines.append(f"- Layer {q.worst_layer} has the largest mean relative error over its GEMM operands "
-                   f"({_fmt(q.worst_layer_mean_rel_error, '.4f')}; median layer {_fmt(q.median_layer_mean_rel_error, '.4f')}"
-                   f"). To try: `{q.try_key}` (that layer's MLP GEMMs in BF16), and compare the eval gap.")
+      means = (f"{_fmt(q.worst_layer_mean_rel_error, '.4f')}; median layer {_fmt(q.median_layer_mean_rel_error, '.4f')}"
+               f"; the other layers spread over {_fmt(q.others_spread, '.4f')}")
+      if q.try_key:
+        lines.append(f"- Layer {q.worst_layer} has the largest mean relative error over its GEMM operands and stands "
+                     f"out from the others ({means}). To try: `{q.try_key}` (that layer's MLP GEMMs in BF16), and "
+                     "compare the eval gap.")
+      else:
+        lines.append(f"- No layer stands out: layer {q.worst_layer}'s mean relative error is the largest but within "
+                     f"the other layers' own spread ({means}); no layer to steer to BF16 on this evidence.")
     lines.append("")
   lines += ["- rel_error: ||dequantize(quantize(x)) - x|| / ||x|| of the operand as the GEMM quantizes it (wgrad operands"
             " after the RHT); underflow: the fraction of its nonzero elements that quantize to 0. dY uses nearest "

@@ -22,7 +22,9 @@ import resource
 from collections.abc import Iterable
 from pathlib import Path
 
-PLAN_FILE = "precision_plan.json"
+from MaxText.integration import artifacts
+
+PLAN_FILE = artifacts.PLAN_FILE
 MACHINE_FILE = "machine.json"
 #: Config keys read from the TensorBoard text summaries.
 CONFIG_KEYS = ("quantization", "hardware")
@@ -50,12 +52,10 @@ def read_plan(run_dir: Path) -> tuple[str | None, int | None, float | None]:
   """(backend, number of NVFP4 GEMM modules, the MLP GEMMs' share of the training FLOPs) from the run dir's
   precision_plan.json; None for each thing it does not say (plans before the share was recorded lack it)."""
   try:
-    plan = json.loads((run_dir / PLAN_FILE).read_text(encoding="utf-8"))
-    backend, nvfp4 = str(plan["backend"]), sum(1 for g in plan["gemms"] if g.get("precision") == "nvfp4")
-  except (OSError, ValueError, KeyError, TypeError):
+    plan = artifacts.Plan.model_validate_json((run_dir / PLAN_FILE).read_text(encoding="utf-8"))
+  except (OSError, ValueError):  # missing, or another version's plan (pydantic's ValidationError is a ValueError)
     return None, None, None
-  share = (plan.get("flops") or {}).get("mlp_flop_share")
-  return backend, nvfp4, float(share) if isinstance(share, (int, float)) else None
+  return plan.backend, plan.nvfp4_gemms, plan.flops.mlp_flop_share if plan.flops else None
 
 
 def read_machine(run_dir: Path) -> dict | None:

@@ -48,11 +48,11 @@ class Status(str, enum.Enum):
 class VerdictLevel(str, enum.Enum):
   """The one-word verdict on a candidate (thresholds in Settings)."""
 
-  OK = "ok"  # |relative gap| <= band_rel (with an interval: all of it inside the band)
+  OK = "ok"  # |relative gap| <= band_rel (with an interval: its upper end <= +band_rel, no worse than the band)
   DRIFTING = "drifting"  # band_rel < relative gap <= drift_rel
   OFF = "off"  # relative gap > drift_rel
-  BETTER = "better"  # relative gap < -band_rel: lower loss than the baseline by more than the band (suspect)
-  INCONCLUSIVE = "inconclusive"  # the eval gap's 95% interval reaches both inside and outside the band
+  BETTER = "better"  # relative gap (with an interval: all of it) < -band_rel: lower loss by more than the band (suspect)
+  INCONCLUSIVE = "inconclusive"  # the 95% interval reaches both below and above +band_rel
   DIVERGED = "diverged"  # a non-finite loss in the candidate or the baseline
   NOT_COMPARABLE = "not_comparable"  # step-0 losses differ: different initial weights or data
   NO_DATA = "no_data"  # no aligned steps, or no loss to judge
@@ -61,12 +61,14 @@ class VerdictLevel(str, enum.Enum):
 class Settings(_Model):
   """The knobs of a comparison, as used (defaults filled in)."""
 
-  window_start: int | None = Field(None, ge=0, description="--window-start; null: chosen per comparison")
+  window_start: int | None = Field(
+      None, ge=0, description="first step of the gap window; null: chosen per comparison (the end of warm-up)")
   smooth: int = Field(20, ge=1, description="steps in the trailing means (smoothed final loss and final gap)")
   step0_tolerance: float = Field(0.05, ge=0, description="nats; step-0 losses closer than this agree")
   perf_start_step: int = Field(1, ge=0, description="throughput medians use steps >= this (step 0 compiles)")
   band_rel: float = Field(
-      0.01, ge=0, description="verdict ok: |gap| / baseline loss <= this (NVIDIA's NVFP4 paper: < 1% vs FP8)"
+      0.01, ge=0, description="verdict ok: gap / baseline loss (with an interval: its upper end) <= this, no worse "
+      "than the baseline by more than this (NVIDIA's NVFP4 paper: < 1% vs FP8)"
   )
   drift_rel: float = Field(0.03, ge=0, description="verdict drifting up to this relative gap, off above it")
   contention_cores: float = Field(
@@ -205,7 +207,12 @@ class QuantStatsSummary(_Model):
   worst_layer: int | None = Field(description="the layer whose mean rel_error over its GEMM operands is largest")
   worst_layer_mean_rel_error: float | None
   median_layer_mean_rel_error: float | None = Field(description="the median of that mean over the layers")
-  try_key: str | None = Field(description="the override that runs the worst layer's MLP GEMMs in BF16")
+  others_spread: float | None = Field(
+      None, description="max - min of the other layers' mean rel_error; null with fewer than two other layers")
+  stands_out: bool | None = Field(
+      None, description="the worst layer exceeds the other layers' median by more than their spread")
+  try_key: str | None = Field(description="the override that runs the worst layer's MLP GEMMs in BF16, when it "
+                              "stands out; null otherwise")
 
 
 class SeedGroup(_Model):

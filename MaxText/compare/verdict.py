@@ -51,19 +51,25 @@ def _judge(rel: float, settings: Settings) -> VerdictLevel:
 
 
 def judge_interval(rel: float, interval: tuple[float, float] | None, settings: Settings) -> VerdictLevel:
-  """The level of a relative gap `rel`, decided by its relative 95% interval where there is one: "ok" only when all
-  of it lies inside the band, the gap's own level when all of it lies beyond one edge, "inconclusive" otherwise.
+  """The level of a relative gap `rel` (candidate - baseline, relative to the baseline), decided by its relative 95%
+  interval where there is one. One rule for a run's eval-batch interval and for a seed group's interval across seeds.
 
-  One rule for a run's eval-batch interval and for a seed group's interval across seeds.
+  The question is non-inferiority: is the candidate worse than its baseline by more than the band? So
+    - "ok" (no worse than the band) when the interval's upper end is at most +band, wherever its lower end lies;
+    - "better" only when all of it lies below -band (lower than the baseline by more than the band);
+    - the gap's own level (drifting, off) when all of it lies above +band;
+    - "inconclusive" when it reaches both below and above +band.
+  Without an interval the gap alone decides.
   """
-  level = _judge(rel, settings)
   if interval is None:
-    return level
+    return _judge(rel, settings)
   lo, hi = interval
-  if -settings.band_rel <= lo and hi <= settings.band_rel:
+  if hi < -settings.band_rel:
+    return VerdictLevel.BETTER
+  if hi <= settings.band_rel:
     return VerdictLevel.OK
-  if lo > settings.band_rel or hi < -settings.band_rel:
-    return level  # all of the interval on one side: the gap itself says how far
+  if lo > settings.band_rel:
+    return _judge(rel, settings)  # all of the interval above the band: the gap itself says how far
   return VerdictLevel.INCONCLUSIVE
 
 
@@ -83,9 +89,9 @@ def verdict(
 ) -> Verdict:
   """Judges one candidate: divergence and step-0 disagreement first, then the relative loss gap.
 
-  With the eval gap's 95% interval (`eval_ci`, nats; MaxText.compare.analysis.paired_eval_gap) the verdict is "ok"
-  only when all of it lies inside the band, drifting/off (by the gap itself) when all of it lies above, "inconclusive"
-  when it reaches both inside and outside; without one, the gap alone decides and the text says why there is none.
+  With the eval gap's 95% interval (`eval_ci`, nats; MaxText.compare.analysis.paired_eval_gap) the rule is
+  `judge_interval`'s (no worse than the band, or by how much worse); without one, the gap alone decides and the text
+  says why there is none.
   """
   nvfp4 = is_nvfp4(candidate)
   if status in (Status.CANDIDATE_DIVERGED, Status.BOTH_DIVERGED):
@@ -119,11 +125,13 @@ def verdict(
   band, drift = f"{100 * settings.band_rel:g}%", f"{100 * settings.drift_rel:g}%"
   if level is VerdictLevel.INCONCLUSIVE:
     text = (
-        f"inconclusive: {what}: the interval reaches both inside and outside the +-{band} band; more eval batches "
-        "(eval_steps), more seeds or a longer run would resolve it"
+        f"inconclusive: {what}: the interval reaches both below and above +{band}, so it cannot say whether this is "
+        "worse than the baseline by more than the band; more eval batches (eval_steps), more seeds or a longer run "
+        "would resolve it"
     )
   elif level is VerdictLevel.OK:
-    text = f"ok: {what}, within the {band} band NVIDIA's NVFP4 paper reports against FP8"
+    no_worse = "no worse than the baseline by more than " + band if interval is not None else f"within the {band} band"
+    text = f"ok: {what}, {no_worse} (NVIDIA's NVFP4 paper reports within 1% of FP8)"
   elif level is VerdictLevel.BETTER:
     text = (
         f"suspect: {what}, lower than the baseline by more than {band}: not a precision gain to count on; "

@@ -14,20 +14,18 @@ A call whose expert GEMMs bypassed all three (a maxtext MoE path not covered) fa
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import inspect
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
-import jax
 from maxtext.layers import nnx_wrappers
 
 from MaxText.backends import experts
+from MaxText.integration import seam
 from MaxText.precision.policy import Precision
 
-__all__ = ["STATE_ATTR", "wrap_gmm", "wrap_routed_moe_call", "wrap_routed_moe_init"]
+__all__ = ["STATE_ATTR", "wrap_gmm", "wrap_ragged_dot", "wrap_routed_moe_call", "wrap_routed_moe_init"]
 
 STATE_ATTR = "nvfp4_experts"  # the RoutedMoE attribute holding ExpertState (no leading "_": NNX state)
 
@@ -62,7 +60,7 @@ def wrap_gmm(original: Callable[..., Any]) -> Callable[..., Any]:
   return gmm
 
 
-def _ragged_dot(original: Callable[..., Any]) -> Callable[..., Any]:
+def wrap_ragged_dot(original: Callable[..., Any]) -> Callable[..., Any]:
   """jax.lax.ragged_dot while an NVFP4 RoutedMoE call is traced: its expert GEMMs in NVFP4, jax's otherwise."""
   signature = inspect.signature(original)
 
@@ -78,31 +76,6 @@ def _ragged_dot(original: Callable[..., Any]) -> Callable[..., Any]:
                                 bound.get("preferred_element_type"))
 
   return ragged_dot
-
-
-_RAGGED_LOCK = threading.Lock()
-_ragged_users = 0
-
-
-@contextlib.contextmanager
-def _routed_ragged_dot() -> Iterator[None]:
-  """`jax.lax.ragged_dot` routed to the NVFP4 grouped GEMM for the duration of one RoutedMoE call.
-
-  Counted, so calls traced at once in several threads share one routing and the last to return restores jax's
-  own function; calls outside an NVFP4 RoutedMoE call (no current ExpertCall) still reach jax's.
-  """
-  global _ragged_users  # pylint: disable=global-statement
-  with _RAGGED_LOCK:
-    if _ragged_users == 0:
-      jax.lax.ragged_dot = _ragged_dot(experts.JAX_RAGGED_DOT)
-    _ragged_users += 1
-  try:
-    yield
-  finally:
-    with _RAGGED_LOCK:
-      _ragged_users -= 1
-      if _ragged_users == 0:
-        jax.lax.ragged_dot = experts.JAX_RAGGED_DOT
 
 
 def wrap_routed_moe_init(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -133,7 +106,7 @@ def wrap_routed_moe_call(original: Callable[..., Any]) -> Callable[..., Any]:
                                 f"{experts.TE_MISSING}. Set nvfp4_moe_experts=bf16.")
     key, state, sinks = getattr(self, STATE_ATTR)(mutable=["aqt"])
     call = experts.ExpertCall(gemms, self.quant.settings.recipe, key, state, sinks)
-    with experts.expert_call(call), _routed_ragged_dot():
+    with experts.expert_call(call), seam.installed_during("moe call"):
       out = original(self, *args, **kwargs)
     if call.gemms_run == 0:  # maxtext took an expert path the hooks do not cover: never silently unquantized
       raise NotImplementedError("NVFP4 routed experts: this RoutedMoE call ran its expert GEMMs outside the NVFP4 "

@@ -10,7 +10,6 @@ never a table of zeros.
 """
 
 import dataclasses
-import json
 import logging
 from collections.abc import Iterable
 from typing import Any
@@ -19,12 +18,13 @@ from etils import epath
 from flax import nnx
 
 from MaxText.backends.dense import implementation_name
+from MaxText.integration import artifacts
 from MaxText.integration.quant import Nvfp4Quantization
 from MaxText.precision import switches
 from MaxText.precision.policy import Precision
 
 _LOG = logging.getLogger(__name__)
-PLAN_FILE = "precision_plan.json"
+PLAN_FILE = artifacts.PLAN_FILE
 _reported: set[tuple[str, str]] = set()  # plans already written/printed in this process (maxtext builds models repeatedly)
 
 #: Routed-expert weight stacks of maxtext's RoutedMoE (layers/moe.py): separate gate/up or fused, then down.
@@ -36,14 +36,8 @@ class PlanError(ValueError):
   """The built model would not run the precision the config asked for (e.g. NVFP4 nowhere, or experts in BF16)."""
 
 
-@dataclasses.dataclass(frozen=True)
-class PlanEntry:
-  module: str  # NNX path, e.g. decoder/layers/mlp/wi_0 (scanned layers share one entry)
-  kernel_axes: tuple[str | None, ...]
-  precision: str  # nvfp4 | fp8 | bf16
-  backend: str  # emulated | te | "-" (unquantized)
-  implementation: str  # the dot_general module (or grouped GEMM) that runs it
-  kind: str = "dense"  # dense (a DenseGeneral), router (MoE gate), experts (a routed-expert weight stack)
+#: One GEMM of the plan (the model tools read back: MaxText.integration.artifacts).
+PlanEntry = artifacts.GemmEntry
 
 
 def _expert_entries(path: str, node: Any, quant: Nvfp4Quantization) -> list[PlanEntry]:
@@ -139,10 +133,11 @@ def report(model: Any, output_dir: str, flops: dict[str, float] | None = None) -
     return entries
   check(quant, entries)
   mlp = quant.policy.mlp.value
-  payload = json.dumps({"backend": quant.backend.value, "recipe": dataclasses.asdict(quant.policy.recipe),
-                        "switches": quant.settings.switches.describe(),
-                        "decoder_layers_mlp": switches.layer_precisions(quant.settings.switches, mlp),
-                        "gemms": [dataclasses.asdict(e) for e in entries], "flops": flops}, indent=2)
+  plan = artifacts.Plan(backend=quant.backend.value, recipe=dataclasses.asdict(quant.policy.recipe),
+                        switches=quant.settings.switches.describe(),
+                        decoder_layers_mlp=switches.layer_precisions(quant.settings.switches, mlp), gemms=entries,
+                        flops=flops)
+  payload = plan.model_dump_json(indent=2)
   if (output_dir, payload) in _reported:
     return entries
   _reported.add((output_dir, payload))

@@ -27,11 +27,12 @@ from typing import Any
 from etils import epath
 
 from MaxText.precision.modes import NVFP4_MODES
+from MaxText.integration import artifacts
 from MaxText.integration.settings import settings_of
 
 _LOG = logging.getLogger(__name__)
-RECORD_FILE = "nvfp4_run.json"
-CHANGES_FILE = "precision_changes.jsonl"
+RECORD_FILE = artifacts.RECORD_FILE
+CHANGES_FILE = artifacts.CHANGES_FILE
 
 _run_dir: contextvars.ContextVar[str | None] = contextvars.ContextVar("nvfp4_training_run", default=None)
 
@@ -69,14 +70,14 @@ def note_resume(config: Any) -> dict[str, Any] | None:
   """Compares this run's settings with the run directory's record; logs and records a change. Returns the change."""
   directory = epath.Path(run_dir(config))
   settings = settings_of(config)
-  now = json.loads(json.dumps(dict(settings.record)))  # as the record file holds it (lists, not tuples)
+  now = artifacts.RunRecord.model_validate(dict(settings.record)).model_dump(mode="json")
   record = directory / RECORD_FILE
   recorded = record.exists()
   change = None
   if not settings.nvfp4 and not recorded:  # neither an NVFP4 run nor the resume of one: nothing of ours
     return None
   if recorded and _has_checkpoint(directory):
-    before = json.loads(record.read_text())
+    before = json.loads(record.read_text())  # as written, whatever its version: compared key by key, not validated
     changed = {k: {"old": before.get(k), "new": v} for k, v in now.items() if before.get(k) != v}
     changed.update({k: {"old": v, "new": None} for k, v in before.items() if k not in now})
     if changed:

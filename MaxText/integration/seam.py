@@ -16,16 +16,17 @@ imported by `register()`.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
 import importlib.metadata
 import inspect
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
 __all__ = ["HOOKS", "Hook", "IncompatibleMaxText", "SUPPORTED_MAXTEXT", "check", "install_cli_error_handler",
-           "is_registered", "register", "resolve"]
+           "installed_during", "is_registered", "register", "resolve"]
 
 #: maxtext releases this plugin is tested against (pyproject's requirement; CI trains a tiny run on each).
 SUPPORTED_MAXTEXT = ("0.2.4", "0.2.5")
@@ -90,7 +91,7 @@ HOOKS: tuple[Hook, ...] = (
          why="megablox=true: the grouped expert GEMM in NVFP4 during an NVFP4 RoutedMoE call"),
     Hook(targets=("jax.lax:ragged_dot",),
          params=("lhs", "rhs", "group_sizes", "preferred_element_type", "group_offset"),
-         wrapper="MaxText.integration.moe:wrap_routed_moe_call", when="moe call",
+         wrapper="MaxText.integration.moe:wrap_ragged_dot", when="moe call",
          why="megablox=false: routed to the NVFP4 grouped GEMM only while an NVFP4 RoutedMoE call is traced"),
     Hook(targets=("maxtext.configs.pyconfig:_handle_config_exception",), params=("e",),
          wrapper="MaxText.integration.cli:one_line_config_errors", when="cli",
@@ -184,6 +185,39 @@ def register() -> None:
       if hook.when == "register":
         _install(hook)
     _registered = True
+
+
+_DURING_LOCK = threading.Lock()
+_during_users: dict[str, int] = {}
+_during_originals: dict[str, Any] = {}
+
+
+@contextlib.contextmanager
+def installed_during(when: Literal["moe call"]) -> Iterator[None]:
+  """The `when` entries of HOOKS installed for the duration of the block, then the originals put back.
+
+  Counted, so blocks entered at once in several threads share one installation and the last to leave restores the
+  originals (the "moe call" wrapper itself hands calls outside an NVFP4 RoutedMoE call to the original). `check()`
+  has checked these entries at `register()`, before the block can be entered.
+  """
+  hooks = [h for h in HOOKS if h.when == when]
+  with _DURING_LOCK:
+    if not _during_users.get(when):
+      for hook in hooks:
+        for target in hook.targets:
+          _during_originals[target] = resolve(target)[2]
+        _install(hook)
+    _during_users[when] = _during_users.get(when, 0) + 1
+  try:
+    yield
+  finally:
+    with _DURING_LOCK:
+      _during_users[when] -= 1
+      if not _during_users[when]:
+        for hook in hooks:
+          for target in hook.targets:
+            owner, name, _ = resolve(target)
+            setattr(owner, name, _during_originals.pop(target))
 
 
 def install_cli_error_handler(handler: Callable[[Exception], None]) -> None:

@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 
 from MaxText.backends.experts import EXPERT_GEMMS
+from MaxText.integration import artifacts
 from MaxText.backends.pipeline import STATS_NAME
 from MaxText.integration.layers import layer_indices
 from MaxText.nvfp4.stats import GEMM_OPERANDS, STAT_NAMES
@@ -29,14 +30,14 @@ from MaxText.precision.settings import Settings
 
 __all__ = ["PREFIX", "filter_written_metrics", "metric_name", "stats_metrics"]
 
-#: Every statistic's metric name starts with it.
-PREFIX = "nvfp4/"
+#: Every statistic's metric name starts with it (MaxText.integration.artifacts: the tools read the same names).
+PREFIX = artifacts.STATS_PREFIX
 #: Statistics an expert stack also reports for its worst expert.
 _WORST = ("underflow", "rel_error")
 
 
 def metric_name(layer: int, gemm: tuple[str, ...], operand: str, stat: str) -> str:
-  return f"{PREFIX}layer_{layer:02d}/{'/'.join(gemm)}/{operand}/{stat}"
+  return artifacts.stat_name(layer, "/".join(gemm), operand, stat)
 
 
 def _model_path(path: tuple[Any, ...]) -> tuple[str, ...]:

@@ -21,6 +21,7 @@ Nothing here runs a kernel: what compiling cannot show (kernel numerics, speed) 
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import importlib
 import importlib.metadata
 import os
@@ -29,6 +30,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+from collections.abc import Callable
 from typing import Any
 
 #: The compute capability answered by default: SM 10.0 (B200/GB200), where TE enables NVFP4.
@@ -92,30 +94,101 @@ def _preload(folder: pathlib.Path) -> list[str]:
   return loaded
 
 
-def patch_compute_capability(capability: int = COMPUTE_CAPABILITY) -> list[str]:
-  """Makes TE's device query answer `capability` for every GPU id; returns the patched module names."""
-  patched = []
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Answer:
+  """One of TE's device queries (or a cache of their results) answered without a GPU.
 
+  targets: "module:attribute" symbols replaced by the answer (TE imports its capability query by name into several
+    modules, so each binding is one target). value: what they become, given the answered compute capability.
+  why: the question TE asks there.
+  """
+
+  targets: tuple[str, ...]
+  value: Callable[[int], Any]
+  why: str
+
+
+def _capability_query(capability: int) -> Callable[..., int]:
   def get_device_compute_capability(gpu_id: int = 0) -> int:
     del gpu_id
     return capability
 
-  for name, module in list(sys.modules.items()):
-    if name.startswith("transformer_engine") and hasattr(module, "get_device_compute_capability"):
-      module.get_device_compute_capability = get_device_compute_capability
-      patched.append(name)
-  helper = sys.modules.get("transformer_engine.jax.quantize.helper")
-  if helper is not None:  # TE caches its support answers per scaling mode; forget any computed before the patch
-    for cache in ("_is_scaling_mode_supported", "_reason_for_no_scaling_mode"):
-      if hasattr(helper, cache):
-        setattr(helper, cache, None)
-  return patched
+  return get_device_compute_capability
+
+
+def _fused_attn_backend(capability: int) -> Callable[..., Any]:
+  del capability
+  import transformer_engine_jax as tex  # pylint: disable=import-outside-toplevel  # after import_transformer_engine
+
+  backend = tex.NVTE_Fused_Attn_Backend.NVTE_F16_arbitrary_seqlen
+
+  def get_fused_attn_backend(*args, **kwargs):
+    del args, kwargs
+    return backend, ""
+
+  return get_fused_attn_backend
+
+
+def _no_workspace(capability: int) -> Callable[..., Any]:
+  del capability
+  import transformer_engine_jax as tex  # pylint: disable=import-outside-toplevel  # after import_transformer_engine
+
+  def workspace_sizes(*args, **kwargs):
+    del args, kwargs
+    return (0,), tex.DType.kByte
+
+  return workspace_sizes
+
+
+_QUERY = "get_device_compute_capability"
+#: Every answer the pre-flight and the TE group give TE 2.20.2 on a machine without a GPU: the one table of them,
+#: checked against the installed TE before any is applied (`answer`).
+ANSWERS: tuple[Answer, ...] = (
+    Answer(targets=(f"transformer_engine_jax:{_QUERY}", f"transformer_engine.jax.quantize.device_utils:{_QUERY}",
+                    f"transformer_engine.jax.quantize.helper:{_QUERY}", f"transformer_engine.jax.quantize:{_QUERY}",
+                    f"transformer_engine.jax.cpp_extensions.gemm:{_QUERY}"),
+           value=_capability_query,
+           why="the GPU's compute capability, asked at trace time (NVFP4 needs >= 10.0)"),
+    Answer(targets=("transformer_engine.jax.quantize.helper:_is_scaling_mode_supported",
+                    "transformer_engine.jax.quantize.helper:_reason_for_no_scaling_mode"),
+           value=lambda capability: None,
+           why="TE's cached verdicts per scaling mode, forgotten so they are asked again of the answered capability"),
+    Answer(targets=("transformer_engine_jax:get_fused_attn_backend",), value=_fused_attn_backend,
+           why="cuDNN's fused-attention backend (maxtext's attention=cudnn_flash_te): the arbitrary-sequence-length "
+           "one, TE's choice for causal BF16 attention on Hopper and Blackwell"),
+    Answer(targets=("transformer_engine_jax:get_fused_attn_fwd_workspace_sizes",
+                    "transformer_engine_jax:get_fused_attn_bwd_workspace_sizes"), value=_no_workspace,
+           why="cuDNN's attention workspace, which only the GPU can size: 0 bytes, which a memory figure must say"),
+)
+
+
+def _owner(target: str) -> tuple[Any, str]:
+  module_name, _, name = target.partition(":")
+  return importlib.import_module(module_name), name
+
+
+def answer(capability: int = COMPUTE_CAPABILITY) -> None:
+  """Applies every ANSWERS entry for `capability` (SM 100 = 10.0) after checking that each target exists in the
+  installed TE (import_transformer_engine first). Idempotent; a later call answers another capability.
+
+  Raises:
+    RuntimeError: a target is missing (another TE release): nothing is applied.
+  """
+  missing = [t for a in ANSWERS for t in a.targets if not hasattr(*_owner(t))]
+  if missing:
+    raise RuntimeError(f"TransformerEngine {importlib.metadata.version('transformer-engine-jax')} lacks "
+                       f"{', '.join(missing)}: the pre-flight answers TE 2.20.2's device queries; see "
+                       "MaxText/preflight/deviceless.py")
+  for entry in ANSWERS:
+    value = entry.value(capability)
+    for target in entry.targets:
+      owner, name = _owner(target)
+      setattr(owner, name, value)
 
 
 def import_transformer_engine() -> object:
   """Applies the shims and imports transformer_engine.jax; returns the module. Idempotent."""
   if "transformer_engine.jax" in sys.modules:
-    patch_compute_capability()
     return sys.modules["transformer_engine.jax"]
   nvidia = _nvidia_dir()
   if not nvidia.is_dir():
@@ -127,40 +200,18 @@ def import_transformer_engine() -> object:
   for folder in _PRELOAD:
     _preload(nvidia / folder)
   module = importlib.import_module("transformer_engine.jax")
-  # Import every TE module that reads the capability before patching, so each one's name binding is replaced.
+  # Import every TE module that reads the capability before answering, so each one's name binding is replaced.
   for name in ("transformer_engine.jax.quantize", "transformer_engine.jax.cpp_extensions",
                "transformer_engine.jax.dense", "transformer_engine.jax.flax"):
     importlib.import_module(name)
-  patch_compute_capability()
+  answer()
   return module
 
 
 def answer_fused_attention() -> None:
-  """Makes TE's fused-attention queries answer without a GPU: cuDNN's arbitrary-sequence-length backend, no workspace.
-
-  TE calls `transformer_engine_jax.get_fused_attn_backend` and `get_fused_attn_{fwd,bwd}_workspace_sizes` (C++
-  that builds a cuDNN graph on the GPU) at trace time, through the module attribute, so replacing the attributes
-  answers every call. Idempotent. What it cannot know: the workspace cuDNN would ask for on the real GPU.
-  """
-  import transformer_engine_jax as tex  # pylint: disable=import-outside-toplevel  # after import_transformer_engine
-
-  if getattr(tex, "_preflight_answered", False):
-    return
-  backend = tex.NVTE_Fused_Attn_Backend.NVTE_F16_arbitrary_seqlen
-
-  def get_fused_attn_backend(*args, **kwargs):
-    del args, kwargs
-    return backend, ""
-
-  def workspace_sizes(*args, **kwargs):
-    del args, kwargs
-    return (0,), tex.DType.kByte
-
-  for name, answer in (("get_fused_attn_backend", get_fused_attn_backend),
-                       ("get_fused_attn_fwd_workspace_sizes", workspace_sizes),
-                       ("get_fused_attn_bwd_workspace_sizes", workspace_sizes)):
-    setattr(tex, name, answer)
-  tex._preflight_answered = True  # pylint: disable=protected-access
+  """`answer()`: the fused-attention queries are among ANSWERS (kept under this name for the pre-flight's entry
+  point until it calls `answer` itself)."""
+  answer()
 
 
 def target_environment(capability: float, gpus: int) -> Any:
@@ -168,6 +219,6 @@ def target_environment(capability: float, gpus: int) -> Any:
   with TE's own NVFP4 verdict for that capability (patched as above)."""
   from MaxText.backends import environment  # pylint: disable=import-outside-toplevel  # jax: only where used
 
-  patch_compute_capability(int(round(capability * 10)))
+  answer(int(round(capability * 10)))
   return environment.Environment(te_error=None, gpu_capabilities=(float(capability),) * gpus,
                                  te_nvfp4_error=environment.te_nvfp4_support_error())

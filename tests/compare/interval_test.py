@@ -86,9 +86,11 @@ def test_one_batch_gets_no_interval_and_says_so(tmp_path):
 
 @pytest.mark.parametrize("shift,spread,level", [
     (0.010, 0.005, VerdictLevel.OK),  # +0.17%, the whole interval inside the 1% band
-    (0.050, 0.080, VerdictLevel.INCONCLUSIVE),  # +0.8%: inside, but the interval reaches past 1%
+    (0.050, 0.080, VerdictLevel.INCONCLUSIVE),  # +0.8%: inside, but the interval reaches past +1%
     (0.120, 0.010, VerdictLevel.DRIFTING),  # +2%: all of the interval above the band
-], ids=["inside", "straddles", "above"])
+    (-0.055, 0.010, VerdictLevel.OK),  # -0.9%, the interval reaching below -1%: no worse than the baseline
+    (-0.120, 0.010, VerdictLevel.BETTER),  # -2%: all of the interval below -1%
+], ids=["inside", "straddles", "above", "below_lower_edge", "below"])
 def test_the_interval_decides_the_verdict(tmp_path, shift, spread, level):
   noise = np.array([1, -1, 1, -1, 1, -1, 1, -1]) * spread
   base, cand = _run(tmp_path, "bf16", BASE), _run(tmp_path, "nvfp4", list(np.array(BASE) + shift + noise))

@@ -58,3 +58,23 @@ def test_where_nvfp4_loses_most_names_the_layer_and_the_key_to_try(tmp_path):
   heatmap = paths["stats_nvfp4.png"]
   assert heatmap.stat().st_size > 10_000 and not (tmp_path / "out" / "stats_bf16.png").exists()
   assert read_report(paths["report.json"]).quant_stats[0].worst_layer == 2
+
+
+def test_no_layer_is_recommended_when_none_stands_out(tmp_path):
+  """Layers whose mean relative errors differ by less than their own spread (layer 3 0.4% above the median, as the
+  quickstart's layer 0 was): the report says no layer stands out and recommends no key."""
+  records = [maxtext_record(s, 5.0, run_name="flat") for s in range(3)]
+  stats = _stats(0, hot_layer=-1)
+  for name in list(stats):
+    if name.endswith("/rel_error"):
+      layer = int(name.split("/")[1].removeprefix("layer_"))
+      stats[name] += 0.0004 * layer  # layer 3 the worst, by 0.0004 over the median, inside the 0.0008 spread
+  records[0].update(stats)
+  base = [maxtext_record(s, 5.0, run_name="b") for s in range(3)]
+  runs = [read_jsonl(write_lines(tmp_path / "b" / "m.jsonl", base)),
+          read_jsonl(write_lines(tmp_path / "flat" / "m.jsonl", records))]
+  report = build_report(runs, "b", Settings())
+  (summary,) = report.quant_stats
+  assert summary.worst_layer == 3 and summary.stands_out is False and summary.try_key is None
+  assert summary.others_spread is not None and summary.others_spread > 0
+  assert "No layer stands out: layer 3" in markdown_report(report) and "nvfp4_bf16_layers" not in markdown_report(report)

@@ -158,10 +158,10 @@ def test_backend_probe_uses_te_support_check(te):
   del te
   assert backend.te_nvfp4_support_error() is None
   try:
-    deviceless.patch_compute_capability(90)
+    deviceless.answer(90)
     reason = backend.te_nvfp4_support_error()
   finally:
-    deviceless.patch_compute_capability()
+    deviceless.answer()
   assert reason and "10.0" in reason, reason
   env = backend.Environment(te_error=None, gpu_capabilities=(10.0,), te_nvfp4_error=reason)
   with pytest.raises(ValueError, match="support check refuses NVFP4"):
