@@ -33,11 +33,11 @@ test-te: ## Build .venv-gpu (./setup.sh --gpu; ~25 min once) and lower the TE ba
 	MAXTEXT_TE_TESTS=required $(GPU_VENV)/bin/python -m pytest -v -p no:cacheprovider tests/te
 
 quickstart: setup ## bf16/fp8/te_nvfp4/te_nvfp4_no_rht on the local corpus (6-9 min on 2 quiet CPU cores), compared in results/quickstart/
-	$(PY) scripts/quickstart.py --out $(QUICKSTART_DIR) $(QUICKSTART_ARGS)
+	$(PY) -m MaxText.quickstart --out $(QUICKSTART_DIR) $(QUICKSTART_ARGS)
 
 # DEVICE=gpu trains in .venv-gpu (built by ./setup.sh --gpu), on configs/study_gpu.yml.
 STUDY_PY := $(if $(filter gpu,$(DEVICE)),$(GPU_VENV)/bin/python,$(PY))
 
 study: ## The quickstart model in 6 precisions x 3 seeds, one report with intervals (24 min on 2 CPU cores; DEVICE=gpu: larger, on a GPU), in results/study/
 	$(if $(filter gpu,$(DEVICE)),./setup.sh --gpu --venv $(GPU_VENV),./setup.sh)
-	$(STUDY_PY) scripts/quickstart.py --study --device $(DEVICE) --out $(STUDY_DIR) $(STUDY_ARGS)
+	$(STUDY_PY) -m MaxText.quickstart --study --device $(DEVICE) --out $(STUDY_DIR) $(STUDY_ARGS)

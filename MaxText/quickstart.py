@@ -40,10 +40,12 @@ from MaxText.compare import report as compare_report
 from MaxText.compare import runinfo
 from MaxText.data import corpus
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_CONFIG = REPO_ROOT / "configs" / "quickstart.yml"
+#: The configs shipped with the package (MaxText/configs: in a checkout a link to configs/, in a wheel the files), so
+#: `python -m MaxText.quickstart` finds them from any directory, in an installed copy too.
+PACKAGE_CONFIGS = Path(__file__).resolve().parent / "configs"
+DEFAULT_CONFIG = PACKAGE_CONFIGS / "quickstart.yml"
 #: `--device gpu`: the same study, larger (configs/study_gpu.yml chains to the quickstart's YAML).
-GPU_CONFIG = REPO_ROOT / "configs" / "study_gpu.yml"
+GPU_CONFIG = PACKAGE_CONFIGS / "study_gpu.yml"
 DEFAULT_OUT = Path("results/quickstart")
 STUDY_OUT = Path("results/study")
 #: `--study` without --seeds: three seeds per precision, the fewest that give a spread and a t-interval.
@@ -276,9 +278,7 @@ def train(
   before, start = runinfo.machine_sample(), time.monotonic()
   with log_path.open("w", encoding="utf-8") as log:
     log.write(" ".join(cmd) + "\n")
-    with subprocess.Popen(
-        cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
-    ) as proc:
+    with subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1) as proc:
       assert proc.stdout is not None  # for the type checker: stdout=PIPE
       tail: list[str] = []
       for line in proc.stdout:
@@ -305,7 +305,7 @@ def compare(
   cmd = [sys.executable, "-m", "MaxText.compare", *(str(runs_dir / n) for n in names), "--baseline", baseline,
          "--out", str(out_dir)]  # fmt: skip
   emit("quickstart: python " + " ".join(_shown(arg) for arg in cmd[1:]))
-  proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, check=False)
+  proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
   emit(proc.stdout.rstrip())
   if proc.returncode != 0:
     raise QuickstartError(f"the comparison failed (exit {proc.returncode}): {proc.stderr.strip()}")
@@ -320,7 +320,7 @@ def _shown(arg: str) -> str:
 
 def _parse_args(argv: Iterable[str] | None) -> argparse.Namespace:
   parser = argparse.ArgumentParser(
-      prog="scripts/quickstart.py",
+      prog="python -m MaxText.quickstart",
       description="Train the tiny Llama on the local corpus in bf16, fp8, te_nvfp4 and te_nvfp4_no_rht (CPU), "
       "then compare them with the bf16 baseline: report.md, report.json, loss.png, throughput.png.",
   )
@@ -449,7 +449,7 @@ def main(argv: Iterable[str] | None = None, emit: Callable[[str], None] | None =
     else:
       corpus.build_corpus(corpus_dir)
       emit(f"quickstart: built the corpus in {args.corpus} ({format_seconds(time.monotonic() - start)})")
-    out_dir = output_dir(args).resolve()  # the subprocesses run in the repository root
+    out_dir = output_dir(args).resolve()
     runs_dir = out_dir / "runs"
     stale = clear_stale(out_dir, [r.name for r in runs])
     if stale:
@@ -480,3 +480,7 @@ def main(argv: Iterable[str] | None = None, emit: Callable[[str], None] | None =
     return 1
   emit(f"quickstart: done in {format_seconds(time.monotonic() - start)}; report: {output_dir(args) / 'report.md'}")
   return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import pathlib
 import shutil
@@ -14,8 +13,6 @@ import sys
 import pytest
 
 from MaxText import quickstart
-from MaxText.compare.report import read_report
-from MaxText.compare.schema import MetricsSource, Status
 from MaxText.data import corpus
 from tests.helpers import REPO_ROOT
 
@@ -181,56 +178,6 @@ def test_rerun_clears_stale_run_folders_and_report_files(tmp_path):
 
 def test_the_config_sets_what_the_progress_lines_need():
   assert quickstart._config_steps(quickstart.DEFAULT_CONFIG) > 100  # pylint: disable=protected-access
-
-
-@pytest.mark.slow
-def test_smoke_run_writes_the_report(tmp_path):
-  """`scripts/quickstart.py --smoke`: two precisions, 4 steps with evals, then the comparison (1-3 min on 2 cores)."""
-  stale = tmp_path / "out-smoke" / "runs" / "fp8"
-  stale.mkdir(parents=True)
-  proc = subprocess.run(
-      [sys.executable, "scripts/quickstart.py", "--smoke", "--out", str(tmp_path / "out"), "--corpus",
-       str(tmp_path / "corpus"), "--set", "nvfp4_attention_precision=fp8"],
-      cwd=REPO_ROOT, capture_output=True, text=True, timeout=600, check=False,
-  )  # fmt: skip
-  assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-  out = tmp_path / "out-smoke"
-  assert not (tmp_path / "out").exists() and not stale.exists()
-  text = proc.stdout
-  assert "quickstart: built the corpus" in text and "removed run folders of an earlier run" in text
-  for i, name in enumerate(quickstart.SMOKE_PRECISIONS, 1):
-    assert f"quickstart: [{i}/2] {name}: " in text and f"quickstart: [{i}/2] {name} finished in " in text
-  assert "left for 1 more" in text  # the estimate after the first run
-  assert "train loss" in text and "eval after step 2" in text
-  assert "- **te_nvfp4**: " in text and "step time (s), emulation cost" in text
-  assert "| bf16 | baseline | 4 |" in text and "| te_nvfp4 | ok | 4 |" in text
-  for name in ("report.json", "report.md", "loss.png", "throughput.png"):
-    assert (out / name).stat().st_size > 0, name
-  assert "| te_nvfp4 | ok | 4 |" in (out / "report.md").read_text(encoding="utf-8")
-  report = read_report(out / "report.json")
-  assert report.baseline == "bf16" and [r.name for r in report.runs] == ["bf16", "te_nvfp4"]
-  # The NVFP4 run logged its quantization statistics (step 0 of 4 at interval 25): ranked, and drawn.
-  (stats,) = report.quant_stats
-  assert (stats.run, stats.step, stats.statistics) == ("te_nvfp4", 0, 4 * 3 * 5 * 4) and stats.try_key
-  assert (out / stats.heatmap).stat().st_size > 0 and "## Where NVFP4 loses most" in (out / "report.md").read_text()
-  # The runs evaluate, so maxtext truncated metrics.jsonl; every training step still comes from TensorBoard.
-  assert all(r.source is MetricsSource.TENSORBOARD and r.num_steps == 4 for r in report.runs)
-  (c,) = report.comparisons
-  assert c.status is Status.OK and c.common_steps == 4
-  assert c.step0.within_tolerance  # same initial weights: the bf16 baseline keeps a quant object
-  assert json.loads((out / "report.json").read_text(encoding="utf-8"))["comparisons"][0]["final_eval_step"] == 2
-  assert c.final_eval_gap_nats is not None and c.verdict.basis == "eval"
-  # Emulated NVFP4 on CPU: a step-time ratio, never a speedup.
-  assert c.speedup is None and "emulation cost" in c.speedup_withheld and "ran on CPU" in c.speedup_withheld
-  runs = {r.name: r for r in report.runs}
-  assert (runs["te_nvfp4"].backend, runs["te_nvfp4"].nvfp4_gemms, runs["te_nvfp4"].emulated) == ("emulated", 3, True)
-  assert runs["bf16"].nvfp4_gemms == 0 and not runs["bf16"].emulated and runs["bf16"].hardware == "cpu"
-  assert all(r.machine is not None and r.machine.wall_s > 0 and r.machine.run_cpu_s > 0 for r in report.runs)
-  logs = {n: (out / "runs" / n / "train.log").read_text(encoding="utf-8") for n in ("bf16", "te_nvfp4")}
-  assert logs["te_nvfp4"].count("completed step:") == 4
-  # --set reaches the candidate only: the baseline's command line does not carry it.
-  assert "nvfp4_attention_precision=fp8" in logs["te_nvfp4"].splitlines()[0]
-  assert "nvfp4_attention_precision=fp8" not in logs["bf16"].splitlines()[0]
 
 
 def test_suite_names_each_slow_test_as_it_starts(tmp_path):

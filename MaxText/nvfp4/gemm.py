@@ -23,8 +23,6 @@ those parts; the numerics hold no training policy of their own.
 
 import dataclasses
 import functools
-from collections.abc import Callable
-from typing import Any
 
 import jax
 import jax.numpy as jnp

@@ -14,7 +14,6 @@ import pytest
 from MaxText.backends import flags
 from MaxText.precision import switches as sw
 from MaxText.backends.emulated import Nvfp4DotGeneral
-from MaxText.nvfp4.gemm import GemmRecipe
 from tests.helpers import read_losses, resumed_losses, train_cli
 from tests.helpers import settings
 

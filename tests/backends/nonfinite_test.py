@@ -20,7 +20,6 @@ from maxtext.layers import linears
 
 from MaxText.integration.quant import Nvfp4Quantization
 from MaxText.backends.environment import Backend
-from MaxText.precision.policy import PrecisionPolicy
 from tests.helpers import settings
 
 

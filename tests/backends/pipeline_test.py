@@ -12,7 +12,6 @@ from MaxText.backends import flags
 from MaxText.backends.emulated import Nvfp4DotGeneral
 from MaxText.backends.pipeline import OVERWRITE_COLLECTION as STATS_COLLECTION
 from MaxText.backends.pipeline import STATS_NAME
-from MaxText.nvfp4.gemm import GemmRecipe
 from MaxText.nvfp4.stats import GEMM_OPERANDS, STAT_NAMES
 from tests.nvfp4.stats_test import _oracle
 from tests.helpers import settings

@@ -20,7 +20,6 @@ import pytest
 
 from MaxText.backends.emulated import Nvfp4DotGeneral
 from MaxText.backends.sr import SR_COUNT_NAME
-from MaxText.nvfp4.gemm import GemmRecipe
 from tests.helpers import REPO_ROOT, TINY_YML, settings
 
 _DIMS = (((1,), (0,)), ((), ()))

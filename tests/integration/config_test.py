@@ -16,7 +16,7 @@ import yaml
 
 import MaxText
 from MaxText.integration import config as plugin_config
-from MaxText.integration import hooks, seam
+from MaxText.integration import seam
 from MaxText.precision.modes import NVFP4_MODES, AttentionPrecision, Backend
 from tests.helpers import CONFIGS_DIR, REPO_ROOT, plugin_defaults, TINY_YML, load_config
 
@@ -220,38 +220,6 @@ def test_register_is_idempotent() -> None:
   assert (pyconfig.initialize, pyconfig.initialize_pydantic, quantizations.configure_quantization) == wrapped
   assert seam.is_registered()
   assert getattr(quantizations.configure_quantization, "__wrapped__").__module__ == "maxtext.layers.quantizations"
-
-
-def test_callers_config_class_keeps_working() -> None:
-  """A caller that names its own config class (maxtext's RL trainers pass RLConfig) keeps it, with our keys added."""
-
-  class CallerConfig(types.MaxTextConfig):
-    caller_key: int = 7
-
-  config = pyconfig.initialize(["train", str(TINY_YML), "quantization=te_nvfp4", "caller_key=3"],
-                               config_class=CallerConfig)
-  assert config.caller_key == 3 and config.nvfp4_backend == "auto"
-  assert pyconfig.initialize(["train", str(TINY_YML)], config_class=types.MaxTextConfig).nvfp4_mlp_precision == "nvfp4"
-  with pytest.raises(ValueError, match="caller_key"):  # the caller's own validation still applies
-    pyconfig.initialize(["train", str(TINY_YML), "caller_key=x"], config_class=CallerConfig)
-
-
-def test_other_modes_reach_maxtexts_factory() -> None:
-  assert quantizations.configure_quantization(_load(TINY_YML, "quantization=")) is None
-  assert isinstance(quantizations.configure_quantization(_load(TINY_YML, "quantization=fp8")), quantizations.Fp8Quantization)
-
-
-@pytest.mark.parametrize("mode", NVFP4_MODES)
-def test_nvfp4_modes_reach_our_function(mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
-  """The NVFP4 modes never reach upstream's TransformerEngine class; our factory is looked up per call."""
-  from MaxText.integration.quant import Nvfp4Quantization  # pylint: disable=import-outside-toplevel
-
-  config = _load(TINY_YML, f"quantization={mode}", "nvfp4_backend=emulated")
-  quant = quantizations.configure_quantization(config, quant_mode_str="train")
-  assert isinstance(quant, Nvfp4Quantization) and quant.policy.recipe.rht == (mode == "te_nvfp4")
-  sentinel = object()
-  monkeypatch.setattr(hooks, "quantization_from_config", lambda cfg, quant_mode_str="train": (sentinel, quant_mode_str))
-  assert quantizations.configure_quantization(config, "serve") == (sentinel, "serve")
 
 
 def test_package_import_is_light() -> None:

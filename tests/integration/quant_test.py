@@ -6,7 +6,7 @@ import flax.linen as nn
 from MaxText.backends.emulated import Nvfp4DotGeneral
 from MaxText.integration.quant import Nvfp4Quantization
 from MaxText.precision.modes import Backend
-from MaxText.precision.policy import Precision, PrecisionPolicy
+from MaxText.precision.policy import Precision
 from tests.helpers import settings
 
 

@@ -50,7 +50,6 @@ def _compile_gemm(module, device):
 @pytest.mark.parametrize("target", ["b200", "gb300"])
 def test_te_nvfp4_gemm_compiles_for_blackwell(te, target):
   from MaxText.backends import te as te_backend  # pylint: disable=import-outside-toplevel
-  from MaxText.nvfp4.gemm import GemmRecipe  # pylint: disable=import-outside-toplevel
   from MaxText.precision.policy import Precision  # pylint: disable=import-outside-toplevel
 
   del te
@@ -63,10 +62,8 @@ def test_te_nvfp4_gemm_compiles_for_blackwell(te, target):
 
 
 def test_emulated_nvfp4_gemm_compiles_for_h100(te):
-  import functools  # pylint: disable=import-outside-toplevel
 
   from MaxText.backends.emulated import Nvfp4DotGeneral  # pylint: disable=import-outside-toplevel
-  from MaxText.nvfp4.gemm import GemmRecipe  # pylint: disable=import-outside-toplevel
 
   del te
   compiled = _compile_gemm(Nvfp4DotGeneral(settings=settings()), _device("h100"))

@@ -178,7 +178,6 @@ def test_te_module_serves_a_new_stochastic_rounding_key_each_step(te):
 
   from MaxText.backends import te as te_backend  # pylint: disable=import-outside-toplevel
   from MaxText.backends.sr import SR_COUNT_NAME  # pylint: disable=import-outside-toplevel
-  from MaxText.nvfp4.gemm import GemmRecipe  # pylint: disable=import-outside-toplevel
   from MaxText.precision.policy import Precision  # pylint: disable=import-outside-toplevel
 
   del te
