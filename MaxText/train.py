@@ -14,8 +14,9 @@ import sys
 from collections.abc import Sequence
 
 if __name__ == "__main__" and not __package__:
-  # Run as a file: Python put MaxText/ itself first on sys.path, where our config.py / plugin.py / train.py
-  # could shadow same-named top-level modules. Put the repository root there instead, so `MaxText` imports.
+  # Run as a file: Python put MaxText/ itself first on sys.path, where our subpackages (data/, compare/, ...) and
+  # modules (train.py, quickstart.py) could shadow same-named top-level modules. Put the repository root there
+  # instead, so `MaxText` imports (main() below registers the plugin through MaxText/integration/seam.py).
   sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # transformers (imported by maxtext) prints PyTorch/RoPE advisories at import that bury our one-line errors.

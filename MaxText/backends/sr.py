@@ -1,7 +1,8 @@
 # Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
-"""The stochastic-rounding key of one GEMM call, shared by the emulated (adapter) and TE (te_backend) modules.
+"""The stochastic-rounding key of one GEMM call, shared by the emulated and the TE backend.
 
-Its own module so that both backends depend on it and neither on the other (no import circle).
+Its own module so that both backends (MaxText/backends/emulated.py, MaxText/backends/te.py) depend on it and neither
+on the other (no import circle).
 """
 
 import flax.linen as nn
