@@ -24,6 +24,8 @@ import math
 import re
 from collections.abc import Iterable
 
+from MaxText.preflight.classify import Work, work_of
+
 #: Bytes per element of each HLO element type (sub-byte types as fractions: FP4 packs two per byte).
 _DTYPE_BYTES = {
     "pred": 1, "s2": 0.25, "u2": 0.25, "s4": 0.5, "u4": 0.5, "f4e2m1fn": 0.5, "s8": 1, "u8": 1,
@@ -36,7 +38,7 @@ _NO_KERNEL = frozenset({
     "parameter", "constant", "get-tuple-element", "tuple", "bitcast", "while", "conditional", "call", "after-all",
     "add-dependency", "opt-barrier", "domain", "partition-id", "replica-id", "async-done", "async-update",
     "copy-done", "send-done", "recv-done", "all-gather-done", "all-reduce-done", "collective-permute-done",
-    "get-dimension-size", "fusion-done",
+    "reduce-scatter-done", "all-to-all-done", "get-dimension-size", "fusion-done",
 })
 #: Custom-call results of this type are scratch workspaces (cuBLAS, cuDNN), not data a kernel writes out.
 _WORKSPACE = "u8"
@@ -48,6 +50,7 @@ _BRANCHES_RE = re.compile(r"branch_computations=\{([^}]*)\}")
 _TARGET_RE = re.compile(r'custom_call_target="([^"]+)"')
 _OP_NAME_RE = re.compile(r'op_name="([^"]*)"')
 _TRIP_COUNT_RE = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
+_PARTITIONS_RE = re.compile(r"\bnum_partitions=(\d+)")
 
 
 def shape_bytes(shape: str, workspace: bool = True) -> int:
@@ -63,7 +66,7 @@ def shape_bytes(shape: str, workspace: bool = True) -> int:
 @dataclasses.dataclass(frozen=True)
 class Kernel:
   """One launched kernel: its instruction name, opcode, custom-call target (if any), bytes moved per run, op_name
-  (jax's name stack), and how many times a step runs it."""
+  (jax's name stack), how many times a step runs it, and what it computes per run (MaxText.preflight.classify)."""
 
   name: str
   opcode: str
@@ -71,6 +74,7 @@ class Kernel:
   bytes: int
   op_name: str
   runs: int = 1
+  work: Work = Work()
 
   @property
   def step_bytes(self) -> int:
@@ -155,27 +159,37 @@ def _fusion_bytes(body: list[_Instruction]) -> tuple[int, str]:
 
   A parameter read only through slices counts the slices; the buffer a dynamic-update-slice writes into counts
   only the update (in place: XLA aliases it with the result); a fusion that wraps a custom call (XLA's
-  dynamic-slice fusion around TE's calls) is that call on the slices it is given.
+  dynamic-slice fusion around TE's calls) is that call on the slices it is given. Bitcasts (a new shape or
+  layout of the same bytes) are looked through: a slice of a bitcast of a parameter is a slice of the parameter.
   """
   by_name = {inst.name: inst for inst in body}
-  users: dict[str, list[_Instruction]] = collections.defaultdict(list)
+  direct: dict[str, list[_Instruction]] = collections.defaultdict(list)
   for inst in body:
     for operand in inst.operands:
-      users[operand].append(inst)
+      direct[operand].append(inst)
+
+  def uses_of(name: str) -> list[tuple[str, _Instruction]]:
+    """(the name the user reads it as, the user) for each user of `name`, through chains of bitcasts."""
+    found = []
+    for user in direct[name]:
+      found += uses_of(user.name) if user.opcode == "bitcast" else [(name, user)]
+    return found
+
   calls = [inst for inst in body if inst.opcode == "custom-call"]
   if calls:
     call = calls[0]
     target = _TARGET_RE.search(call.rest)
-    moved = shape_bytes(call.shape, workspace=False) + sum(shape_bytes(by_name[o].shape) for o in call.operands if o in by_name)
+    moved = shape_bytes(call.shape, workspace=False) + sum(shape_bytes(by_name[o].shape) for o in call.operands
+                                                           if o in by_name)
     return moved, target.group(1) if target else ""
   read = 0
   for inst in body:
     if inst.opcode != "parameter":
       continue
-    uses = users[inst.name]
-    if uses and all(u.opcode in _SLICING and u.operands[0] == inst.name for u in uses):
-      read += sum(shape_bytes(u.shape) for u in uses)
-    elif uses and all(u.opcode == "dynamic-update-slice" and u.operands[0] == inst.name for u in uses):
+    uses = uses_of(inst.name)
+    if uses and all(u.opcode in _SLICING and u.operands[0] == seen_as for seen_as, u in uses):
+      read += sum(shape_bytes(u.shape) for _, u in uses)
+    elif uses and all(u.opcode == "dynamic-update-slice" and u.operands[0] == seen_as for seen_as, u in uses):
       continue  # written in place; the update is counted as the write
     else:
       read += shape_bytes(inst.shape)
@@ -195,6 +209,8 @@ def _fusion_bytes(body: list[_Instruction]) -> tuple[int, str]:
 def kernels(hlo: str) -> list[Kernel]:
   """Every kernel of a compiled program (`compiled.as_text()`), in program order, computations entered as run."""
   computations, entry = _computations(hlo)
+  partitions = _PARTITIONS_RE.search(hlo[:hlo.find("\n")] if "\n" in hlo else hlo)
+  devices = int(partitions.group(1)) if partitions else 1
   found: list[Kernel] = []
   seen: set[str] = set()
 
@@ -218,19 +234,23 @@ def kernels(hlo: str) -> list[Kernel]:
         continue
       target = _TARGET_RE.search(inst.rest)
       target_name = target.group(1) if target else ""
-      moved = (shape_bytes(inst.shape, workspace=inst.opcode != "custom-call")
-               + sum(shape_bytes(shapes.get(o, "")) for o in inst.operands))
-      opcode = inst.opcode
+      operand_shapes = [shapes.get(o, "") for o in inst.operands]
+      operand_bytes = sum(shape_bytes(shape) for shape in operand_shapes)
+      moved = shape_bytes(inst.shape, workspace=inst.opcode != "custom-call") + operand_bytes
+      opcode, body = inst.opcode, None
       if opcode in ("fusion", "fusion-start"):
         called = re.search(r"\bcalls=%?([\w.\-]+)", inst.rest)
         if called and called.group(1) in computations:
-          moved, wrapped = _fusion_bytes(_parse(computations[called.group(1)]))
+          body = _parse(computations[called.group(1)])
+          moved, wrapped = _fusion_bytes(body)
           target_name = target_name or wrapped
         kind = re.search(r"\bkind=(k\w+)", inst.rest)
         opcode = f"fusion:{kind.group(1)}" if kind else "fusion"
+      work = work_of(inst, operand_shapes, operand_bytes, devices, target_name, body,
+                     lambda name: _parse(computations.get(name, [])))
       op_name = _OP_NAME_RE.search(inst.rest)
       found.append(Kernel(name=inst.name, opcode=opcode, target=target_name, bytes=moved,
-                          op_name=op_name.group(1) if op_name else "", runs=runs))
+                          op_name=op_name.group(1) if op_name else "", runs=runs, work=work))
 
   visit(entry, 1)
   return found
@@ -262,3 +282,37 @@ def added(ours: list[Kernel], bare: list[Kernel]) -> list[Kernel]:
     else:
       extra.append(kernel)
   return extra
+
+
+@dataclasses.dataclass(frozen=True)
+class NetRow:
+  """One group of kernels and the bytes per step it moves in one program minus in another."""
+
+  group: str
+  net_bytes: int
+
+
+def phase(kernel: Kernel) -> str:
+  """Where in the step a kernel runs, from jax's name stack: the forward pass, the backward pass, the forward
+  recomputed in the backward (remat), or elsewhere (the loss, the optimizer update, what XLA adds of its own)."""
+  if "rematted_computation" in kernel.op_name:
+    return "recomputed forward"
+  if "transpose(" in kernel.op_name:
+    return "backward"
+  if "jvp(" in kernel.op_name:
+    return "forward"
+  return "elsewhere"
+
+
+def net_by_group(ours: Iterable[Kernel], other: Iterable[Kernel]) -> list[NetRow]:
+  """The bytes per step each group of kernels moves in `ours` minus in `other`, nonzero groups only, largest
+  difference first. A group is the kernels of one phase of the step (see `phase`) that are TransformerEngine's, or
+  XLA's: fusion boundaries and instruction names change between two compiles of nearly the same program (a check
+  fused into a kernel changes that kernel's name and kind), the phase and the origin of a kernel do not. The rows
+  sum to total_bytes(ours) - total_bytes(other) exactly."""
+  net: dict[str, int] = collections.defaultdict(int)
+  for sign, kernels_ in ((1, ours), (-1, other)):
+    for kernel in kernels_:
+      net[f"{phase(kernel)}, {'TransformerEngine' if kernel.te else 'XLA'} kernels"] += sign * kernel.step_bytes
+  rows = [NetRow(group, value) for group, value in net.items() if value]
+  return sorted(rows, key=lambda row: (-abs(row.net_bytes), row.group))

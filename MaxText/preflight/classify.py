@@ -1,0 +1,289 @@
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
+"""What one kernel of a compiled program computes: its math type, its FLOPs, and the bytes a collective puts on the
+wire, read from the optimized HLO instruction (and, for a fusion, the computation it fuses).
+
+Why: the step-time prediction (MaxText.preflight.predict) needs, per kernel, which peak bounds it. The HLO says it:
+  - GEMMs: TransformerEngine's `te_gemm_v2_ffi` (operand shapes and TE's own layout attributes: `lhs_axis_boundary`,
+    `lhs_transposed`, ...), XLA's `dot` (alone or inside a fusion, e.g. the Triton GEMM fusions XLA makes of FP8
+    dots), and cuBLAS(Lt) custom calls (`__cublas$gemm`, `__cublas$lt$matmul[$f8]`, dimension numbers in their
+    backend config). FLOPs = 2 M N K (batch dims in M); the math type is the operands' element type: FP4
+    (f4e2m1fn), FP8 (any f8), BF16 (bf16 or f16). A GEMM on other types (s32, f32) is left unclassified.
+  - Fused attention: TE's `te_fused_attn_forward_ffi` / `te_fused_attn_backward_ffi` (backend config: batch, heads,
+    sequence lengths, head dims, mask). Forward 2 B H Sq Skv (Dqk + Dv); backward 2 B H Sq Skv (3 Dqk + 2 Dv)
+    (S = Q K^T recomputed, dP, dV, dQ, dK); halved under a causal mask (cuDNN skips the masked tiles).
+  - Collectives: the bytes one GPU sends over its links in a ring (NCCL's bus bytes): all-gather (n-1) x its
+    operand, reduce-scatter and all-to-all (n-1)/n x the operand, all-reduce 2 (n-1)/n x the operand,
+    collective-permute the operand; n from `replica_groups`.
+  - Everything else a GPU launches (loop, input and reduction fusions, copies, TE's quantize and amax kernels,
+    slices) moves bytes and does no tensor-core math: ELEMENTWISE.
+  - A custom call this module does not know, or a GEMM whose shapes do not agree: UNCLASSIFIED (never dropped:
+    the prediction times it by its bytes and shows it in a row of its own).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+import re
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+__all__ = ["Instruction", "Math", "Work", "dims_of", "group_size", "work_of"]
+
+
+class Math(str, enum.Enum):
+  """Which peak bounds a kernel's time."""
+
+  FP4_GEMM = "fp4_gemm"
+  FP8_GEMM = "fp8_gemm"
+  BF16_GEMM = "bf16_gemm"
+  ATTENTION = "attention"
+  COLLECTIVE = "collective"
+  ELEMENTWISE = "elementwise"
+  UNCLASSIFIED = "unclassified"
+
+  @property
+  def gemm(self) -> bool:
+    return self in (Math.FP4_GEMM, Math.FP8_GEMM, Math.BF16_GEMM)
+
+
+@dataclasses.dataclass(frozen=True)
+class Work:
+  """What a kernel computes, per run: tensor-core FLOPs; for a collective the bytes one GPU sends and the GPUs its
+  group spans; for a GEMM its (M, N, K)."""
+
+  math: Math = Math.ELEMENTWISE
+  flops: int = 0
+  wire_bytes: int = 0
+  group: int = 1
+  gemm_dims: tuple[int, int, int] | None = None
+
+
+class Instruction(Protocol):
+  """The parts of a parsed HLO instruction this module reads (MaxText.preflight.kernels builds them)."""
+
+  name: str
+  shape: str
+  opcode: str
+  operands: tuple[str, ...]
+  rest: str
+
+
+#: Element types by the GEMM math type they run in.
+_GEMM_TYPES = {"f4e2m1fn": Math.FP4_GEMM, "bf16": Math.BF16_GEMM, "f16": Math.BF16_GEMM}
+_COLLECTIVES = {
+    "all-gather": "all-gather", "all-gather-start": "all-gather", "all-reduce": "all-reduce",
+    "all-reduce-start": "all-reduce", "reduce-scatter": "reduce-scatter", "reduce-scatter-start": "reduce-scatter",
+    "all-to-all": "all-to-all", "collective-permute": "collective-permute",
+    "collective-permute-start": "collective-permute", "ragged-all-to-all": "all-to-all",
+}
+_CAUSAL_MASKS = frozenset({2, 3, 4, 5})  # TE's NVTE_Mask_Type: CAUSAL, PADDING_CAUSAL and their bottom-right forms
+_ARRAY_RE = re.compile(r"\b([a-z][a-z0-9]*)\[([0-9,]*)\]")
+_TARGET_RE = re.compile(r'custom_call_target="([^"]+)"')
+_LAYOUTS_RE = re.compile(r"operand_layout_constraints=\{(.*?)\}, (?:api_version|output_to|metadata|backend)")
+_CONTRACTING_RE = re.compile(r"(lhs|rhs)_(contracting|batch)_dims=\{([0-9,]*)\}")
+_CUBLAS_DIMS_RE = re.compile(r'"(lhs|rhs)_(contracting|batch)_dimensions":\[([^\]]*)\]')
+_MESH_RE = re.compile(r"replica_groups=mesh\[([^\]]*)\]\s*\{([^}]*)\}")
+_IOTA_RE = re.compile(r"replica_groups=\[(\d+),(\d+)\]")
+_LIST_RE = re.compile(r"replica_groups=\{\{([^}]*)\}")
+
+
+def _arrays(shape: str) -> list[tuple[str, tuple[int, ...]]]:
+  """(element type, dims) of each array in an HLO shape, in order."""
+  return [(dtype, tuple(int(d) for d in dims.split(",") if d)) for dtype, dims in _ARRAY_RE.findall(shape)]
+
+
+def _gemm_math(*dtypes: str) -> Math:
+  """The math type of a GEMM on operands of these element types: the wider one decides (FP4 x FP8 runs as FP8)."""
+  kinds = [Math.FP8_GEMM if dtype.startswith("f8") else _GEMM_TYPES.get(dtype, Math.UNCLASSIFIED) for dtype in dtypes]
+  if Math.UNCLASSIFIED in kinds:
+    return Math.UNCLASSIFIED
+  for kind in (Math.BF16_GEMM, Math.FP8_GEMM, Math.FP4_GEMM):
+    if kind in kinds:
+      return kind
+  return Math.UNCLASSIFIED
+
+
+def _gemm(math_type: Math, m: int, n: int, k: int) -> Work:
+  return Work(math=math_type, flops=2 * m * n * k, gemm_dims=(m, n, k))
+
+
+def dims_of(lhs: Sequence[int], rhs: Sequence[int], lhs_contracting: Sequence[int], rhs_contracting: Sequence[int],
+            lhs_batch: Sequence[int] = (), rhs_batch: Sequence[int] = ()) -> tuple[int, int, int] | None:
+  """(M, N, K) of a dot with these operand dims and dimension numbers (batch dims folded into M); None when the
+  contracting sizes of the two sides disagree."""
+  k = math.prod(lhs[d] for d in lhs_contracting)
+  if k != math.prod(rhs[d] for d in rhs_contracting):
+    return None
+  batch = math.prod(lhs[d] for d in lhs_batch)
+  m = math.prod(s for d, s in enumerate(lhs) if d not in lhs_contracting and d not in lhs_batch)
+  n = math.prod(s for d, s in enumerate(rhs) if d not in rhs_contracting and d not in rhs_batch)
+  return batch * m, n, k
+
+
+def _ints(text: str) -> list[int]:
+  return [int(x) for x in re.findall(r"\d+", text)]
+
+
+def _dot(inst: Instruction, operand_shapes: Sequence[str]) -> Work:
+  """An HLO `dot`: dimension numbers from its attributes."""
+  arrays = [(_arrays(s) or [("", ())])[0] for s in operand_shapes[:2]]
+  if len(arrays) < 2:
+    return Work(math=Math.UNCLASSIFIED)
+  numbers = {(side, kind): _ints(value) for side, kind, value in _CONTRACTING_RE.findall(inst.rest)}
+  dims = dims_of(arrays[0][1], arrays[1][1], numbers.get(("lhs", "contracting"), []),
+                 numbers.get(("rhs", "contracting"), []), numbers.get(("lhs", "batch"), []),
+                 numbers.get(("rhs", "batch"), []))
+  kind = _gemm_math(arrays[0][0], arrays[1][0])
+  return Work(math=Math.UNCLASSIFIED) if dims is None or kind is Math.UNCLASSIFIED else _gemm(kind, *dims)
+
+
+def _cublas(inst: Instruction, operand_shapes: Sequence[str]) -> Work:
+  """XLA's cuBLAS(Lt) GEMM custom calls: dimension numbers from the backend config."""
+  arrays = [(_arrays(s) or [("", ())])[0] for s in operand_shapes[:2]]
+  numbers = {(side, kind): _ints(value) for side, kind, value in _CUBLAS_DIMS_RE.findall(inst.rest)}
+  if len(arrays) < 2 or ("lhs", "contracting") not in numbers:
+    return Work(math=Math.UNCLASSIFIED)
+  dims = dims_of(arrays[0][1], arrays[1][1], numbers[("lhs", "contracting")], numbers.get(("rhs", "contracting"), []),
+                 numbers.get(("lhs", "batch"), []), numbers.get(("rhs", "batch"), []))
+  kind = _gemm_math(arrays[0][0], arrays[1][0])
+  return Work(math=Math.UNCLASSIFIED) if dims is None or kind is Math.UNCLASSIFIED else _gemm(kind, *dims)
+
+
+def _attr(rest: str, key: str) -> str | None:
+  match = re.search(rf"\b{key} = ([\w.+\-]+)", rest)
+  return match.group(1) if match else None
+
+
+def _te_gemm(inst: Instruction, operand_shapes: Sequence[str]) -> Work:
+  """TE's GEMM: operands 0 (lhs) and 2 (rhs); TE splits each at its axis boundary into non-contracting and
+  contracting dims, which side is which set by `*_transposed` (transformer_engine/jax/cpp_extensions/gemm.py)."""
+  if len(operand_shapes) < 3:
+    return Work(math=Math.UNCLASSIFIED)
+  lhs_type, lhs = (_arrays(operand_shapes[0]) or [("", ())])[0]
+  rhs_type, rhs = (_arrays(operand_shapes[2]) or [("", ())])[0]
+  try:
+    lhs_b, rhs_b = int(_attr(inst.rest, "lhs_axis_boundary") or ""), int(_attr(inst.rest, "rhs_axis_boundary") or "")
+  except ValueError:
+    return Work(math=Math.UNCLASSIFIED)
+  lhs_t, rhs_t = _attr(inst.rest, "lhs_transposed") == "true", _attr(inst.rest, "rhs_transposed") == "true"
+  lhs_k = range(lhs_b) if lhs_t else range(lhs_b, len(lhs))
+  rhs_k = range(rhs_b, len(rhs)) if rhs_t else range(rhs_b)
+  dims = dims_of(lhs, rhs, list(lhs_k), list(rhs_k))
+  kind = _gemm_math(lhs_type, rhs_type)
+  return Work(math=Math.UNCLASSIFIED) if dims is None or kind is Math.UNCLASSIFIED else _gemm(kind, *dims)
+
+
+def _te_attention(inst: Instruction, backward: bool) -> Work:
+  """TE's fused attention (cuDNN), its sizes from the backend config TE writes."""
+  values = {key: _attr(inst.rest, key) for key in ("input_batch", "attn_heads", "q_max_seqlen", "kv_max_seqlen",
+                                                    "qk_head_dim", "v_head_dim", "mask_type")}
+  if any(v is None for v in values.values()):
+    return Work(math=Math.UNCLASSIFIED)
+  b, h, sq, skv, dqk, dv, mask = (int(v) for v in values.values())  # type: ignore[arg-type]
+  flops = 2 * b * h * sq * skv * ((3 * dqk + 2 * dv) if backward else (dqk + dv))
+  return Work(math=Math.ATTENTION, flops=flops // 2 if mask in _CAUSAL_MASKS else flops)
+
+
+def group_size(rest: str, default: int) -> int:
+  """How many devices one replica group of a collective spans (`default`: every device, for `{}` or none)."""
+  mesh = _MESH_RE.search(rest)
+  if mesh:
+    sizes = dict(re.findall(r"'(\w+)'=(\d+)", mesh.group(1)))
+    return math.prod(int(sizes.get(axis, 1)) for axis in re.findall(r"'(\w+)'", mesh.group(2))) or 1
+  iota = _IOTA_RE.search(rest)
+  if iota:
+    return int(iota.group(2))
+  listed = _LIST_RE.search(rest)
+  if listed:
+    return len(_ints(listed.group(1))) or default
+  return default
+
+
+def _collective(kind: str, inst: Instruction, operand_bytes: int, devices: int) -> Work:
+  n = group_size(inst.rest, devices)
+  if kind == "collective-permute":
+    wire = operand_bytes
+  elif kind == "all-gather":
+    wire = operand_bytes * (n - 1)
+  elif kind == "all-reduce":
+    wire = 2 * operand_bytes * (n - 1) // n
+  else:  # reduce-scatter, all-to-all
+    wire = operand_bytes * (n - 1) // n
+  return Work(math=Math.COLLECTIVE, wire_bytes=wire, group=n)
+
+
+def _custom_call(target: str, inst: Instruction, operand_shapes: Sequence[str]) -> Work:
+  if target == "te_gemm_v2_ffi":
+    return _te_gemm(inst, _layout_shapes(inst) or operand_shapes)
+  if target in ("te_fused_attn_forward_ffi", "te_fused_attn_backward_ffi"):
+    return _te_attention(inst, backward=target.endswith("backward_ffi"))
+  if target == "__cublas$gemm" or (target.startswith("__cublas$") and "matmul" in target):
+    return _cublas(inst, operand_shapes)
+  if target.startswith("te_") or target == "AllocateBuffer":
+    return Work(math=Math.ELEMENTWISE)  # TE's quantize, amax, norm and activation kernels; an empty allocation
+  return Work(math=Math.UNCLASSIFIED)
+
+
+def _layout_shapes(inst: Instruction) -> list[str]:
+  """The operand shapes a custom call declares (`operand_layout_constraints`), one string per operand."""
+  match = _LAYOUTS_RE.search(inst.rest)
+  return [f"{dtype}[{dims}]" for dtype, dims in _ARRAY_RE.findall(match.group(1))] if match else []
+
+
+def _fused(body: Sequence[Instruction], nested: Callable[[str], Sequence[Instruction]]) -> Work:
+  """A fusion: the GEMMs (dots) it contains, in its body or in fusions nested in it (XLA's Triton GEMM fusions
+  nest their operands' fusions); none: elementwise."""
+  shapes = {inst.name: inst.shape for inst in body}
+  found: list[Work] = []
+  for inst in body:
+    if inst.opcode == "dot":
+      found.append(_dot(inst, [shapes.get(o, "") for o in inst.operands]))
+    elif inst.opcode == "fusion":
+      called = re.search(r"\bcalls=%?([\w.\-]+)", inst.rest)
+      inner = _fused(nested(called.group(1)), nested) if called else Work()
+      if inner.math is not Math.ELEMENTWISE:
+        found.append(inner)
+  if not found:
+    return Work(math=Math.ELEMENTWISE)
+  if len(found) == 1:
+    return found[0]
+  kinds = {w.math for w in found}
+  if len(kinds) > 1 or Math.UNCLASSIFIED in kinds:
+    return Work(math=Math.UNCLASSIFIED)
+  return Work(math=found[0].math, flops=sum(w.flops for w in found), gemm_dims=found[0].gemm_dims)
+
+
+def work_of(inst: Instruction, operand_shapes: Sequence[str], operand_bytes: int, devices: int, target: str = "",
+            body: Sequence[Instruction] | None = None,
+            nested: Callable[[str], Sequence[Instruction]] = lambda name: ()) -> Work:
+  """The work of one launched kernel.
+
+  Args:
+    inst: the instruction in its computation (a fusion's call site, a custom call, a collective, ...).
+    operand_shapes: the HLO shape of each operand, in order.
+    operand_bytes: the bytes of all operands (MaxText.preflight.kernels.shape_bytes).
+    devices: the program's device count (a collective without replica groups spans them all).
+    target: the custom-call target: the call's own, or the one a fusion wraps (XLA's dynamic-slice fusions).
+    body: a fusion's fused computation, parsed.
+    nested: a computation's instructions by name (fusions nested in `body`).
+  """
+  opcode = inst.opcode.split(":", 1)[0]
+  collective = _COLLECTIVES.get(opcode)
+  if collective:
+    return _collective(collective, inst, operand_bytes, devices)
+  if target and body is not None:  # a fusion around a custom call: the call, on the operands its body gives it
+    shapes = {i.name: i.shape for i in body}
+    call = next((i for i in body if i.opcode == "custom-call"), None)
+    if call is not None:
+      return _custom_call(target, call, [shapes.get(o, "") for o in call.operands])
+  if target:
+    return _custom_call(target, inst, operand_shapes)
+  if opcode == "dot":
+    return _dot(inst, operand_shapes)
+  if opcode in ("fusion", "fusion-start") and body is not None:
+    return _fused(body, nested)
+  if opcode in ("convolution", "custom-call"):
+    return Work(math=Math.UNCLASSIFIED)
+  return Work(math=Math.ELEMENTWISE)
