@@ -10,15 +10,64 @@ SM count and limits, memory size, bandwidth, L2, clock.
 Sources: the device descriptions that openxla/xla keeps for these GPUs
 (xla/backends/gpu/target_config/specs/{b200,gb300,h100_sxm}.txtpb, read off real devices by XLA's
 `compute_capability`/`DeviceDescription` query); the numbers were copied as facts and the text format is written
-here. Memory sizes are what the CUDA driver reports as usable (B200: 178.4 GiB of its 192 GB, GB300: 276.6 GiB of
-its 288 GB, H100 SXM: 79.1 GiB of its 80 GB).
+here. Memory sizes are what the CUDA driver reports as usable (B200: 178.4 GiB of its 192 GB, GB200: 184.3 GiB of
+its 186 GB, GB300: 276.6 GiB of its 288 GB, H100 SXM: 79.1 GiB of its 80 GB). GB200 is XLA's gb200.txtpb.
+
+Each target also carries its datasheet `Peaks` (MaxText.preflight.predict's roofline): dense tensor-core FLOP/s per
+math type, HBM bandwidth, NVLink bandwidth per direction and the GPUs one NVLink domain joins, and the scale-out
+network per GPU beyond it. NVIDIA's tables list tensor-core rates "with sparsity" (2:4 structured); dense is half
+of that, and dense is what training GEMMs run at. Per-GPU figures are the system's divided by its GPUs. Sources,
+as cited on each entry (read through the copies named where the vendor page itself was not at hand):
+  [HGX]   NVIDIA HGX B200 / GB200 NVL72 specifications, "Individual Blackwell GPU Specifications" (per GPU, with
+          sparsity: GB200 FP4 20 PF, FP8 10 PF, BF16 5 PF, 8 TB/s; HGX B200 FP4 18 PF, FP8 9 PF, BF16 4.5 PF,
+          7.7 TB/s; NVLink 1.8 TB/s), https://www.nvidia.com/en-us/data-center/hgx/ and
+          https://www.nvidia.com/en-us/data-center/gb200-nvl72/ (table copied at
+          https://zdszero.github.io/Computer/Artificial_Intelligence/Hardware.html; dense values listed for the
+          GB200 (1,200 W) and HGX (1,000 W) variants at https://glennklockwood.com/garden/processors/B200).
+  [GB300] NVIDIA GB300 NVL72 specifications, 72 GPUs: FP4 1,440 PF sparse / 1,080 PF dense, FP8/FP6 720 PF and
+          FP16/BF16 360 PF with sparsity, HBM 576 TB/s, NVLink 130 TB/s, one ConnectX-8 800 Gb/s per GPU,
+          https://www.nvidia.com/en-us/data-center/gb300-nvl72/ (copied at
+          https://vendordeep.com/report/nvidia-launches-blackwell-ultra-gb300 and
+          https://verda.com/blog/gb300-nvl72-architecture, whose per-GPU dense table gives 15 / 5 / 2.5 PF).
+  [H100]  NVIDIA H100 Tensor Core GPU datasheet, SXM: FP8 3,958 TF and BF16 1,979 TF with sparsity, HBM 3.35 TB/s,
+          NVLink 900 GB/s, https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet.
+  [NVL5]  Fifth-generation NVLink: 1.8 TB/s per GPU in total, 900 GB/s each way (NVIDIA Blackwell tuning guide,
+          https://docs.nvidia.com/cuda/blackwell-tuning-guide/, section "Fifth-Generation NVLink").
+  [NIC]   Scale-out per GPU: one ConnectX-7 400 Gb/s (50 GB/s each way) per B200 / GB200 / H100 in the MLPerf
+          system descriptions (mlcommons/inference_results_v6.0 closed/Nebius/systems/nebius_b200_n1.json: "8x
+          ConnectX-7 IB NDR 400Gb/s"; inference_results_v6.1 closed/Crusoe/systems/
+          GB200-NVL72_GB200-186GB_aarch64x16_Dynamo.json: 4 ConnectX-7 per 4-GPU node); ConnectX-8 800 Gb/s
+          (100 GB/s) per GB300 ([GB300]).
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-__all__ = ["TARGETS", "Target"]
+__all__ = ["TARGETS", "Peaks", "Target"]
+
+TERA = 1e12
+PETA = 1e15
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Peaks:
+  """One GPU's datasheet rates, dense (no 2:4 sparsity), per second; what bounds a kernel in the roofline.
+
+  fp4 / fp8 / bf16: tensor-core FLOP/s of GEMMs on NVFP4, FP8 and BF16 (or FP16) operands (fp4 None: the GPU
+  has no FP4 tensor cores). hbm: bytes/s of its memory. nvlink: bytes/s one GPU sends (and receives) over NVLink,
+  each way. nvlink_domain: how many GPUs one NVLink domain joins (an HGX board, an NVL72 rack); a collective over
+  more GPUs goes at `network`, the scale-out bytes/s per GPU each way. sources: where each number comes from.
+  """
+
+  fp4: float | None
+  fp8: float
+  bf16: float
+  hbm: float
+  nvlink: float
+  nvlink_domain: int
+  network: float
+  sources: str
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -34,6 +83,7 @@ class Target:
   clock_ghz: float
   dnn: tuple[int, int]  # cuDNN major, minor the description was read with
   gpus_per_node: int  # HGX boards: 8; Grace-Blackwell compute trays (GB200/GB300 NVL72): 4
+  peaks: Peaks
 
   @property
   def nvfp4(self) -> bool:
@@ -62,11 +112,26 @@ class Target:
 TARGETS: dict[str, Target] = {
     "b200": Target(name="NVIDIA B200", capability=(10, 0), sm_count=148, memory_bytes=191514411008,
                    memory_bandwidth=7672320000000, l2_bytes=132644864, clock_ghz=1.965,
-                   dnn=(9, 7), gpus_per_node=8),
+                   dnn=(9, 7), gpus_per_node=8,
+                   peaks=Peaks(fp4=9 * PETA, fp8=4.5 * PETA, bf16=2.25 * PETA, hbm=7.7 * TERA, nvlink=0.9 * TERA,
+                               nvlink_domain=8, network=0.05 * TERA,
+                               sources="[HGX] HGX B200 per GPU halved; [NVL5]; [NIC] ConnectX-7")),
+    "gb200": Target(name="NVIDIA GB200", capability=(10, 0), sm_count=152, memory_bytes=197897748480,
+                    memory_bandwidth=7928064000000, l2_bytes=135528448, clock_ghz=2.062,
+                    dnn=(9, 15), gpus_per_node=4,
+                    peaks=Peaks(fp4=10 * PETA, fp8=5 * PETA, bf16=2.5 * PETA, hbm=8 * TERA, nvlink=0.9 * TERA,
+                                nvlink_domain=72, network=0.05 * TERA,
+                                sources="[HGX] GB200 per GPU halved; [NVL5]; [NIC] ConnectX-7")),
     "gb300": Target(name="NVIDIA GB300", capability=(10, 3), sm_count=152, memory_bytes=297021079552,
                     memory_bandwidth=7928064000000, l2_bytes=135528448, clock_ghz=2.07,
-                    dnn=(9, 15), gpus_per_node=4),
+                    dnn=(9, 15), gpus_per_node=4,
+                    peaks=Peaks(fp4=15 * PETA, fp8=5 * PETA, bf16=2.5 * PETA, hbm=8 * TERA, nvlink=0.9 * TERA,
+                                nvlink_domain=72, network=0.1 * TERA,
+                                sources="[GB300] per GPU (72), sparse halved; [NVL5]; ConnectX-8 [GB300]")),
     "h100": Target(name="NVIDIA H100 80GB HBM3", capability=(9, 0), sm_count=132, memory_bytes=84942979072,
                    memory_bandwidth=3352320000000, l2_bytes=52428800, clock_ghz=1.98,
-                   dnn=(8, 9), gpus_per_node=8),
+                   dnn=(8, 9), gpus_per_node=8,
+                   peaks=Peaks(fp4=None, fp8=1.979 * PETA, bf16=0.9895 * PETA, hbm=3.35 * TERA, nvlink=0.45 * TERA,
+                               nvlink_domain=8, network=0.05 * TERA,
+                               sources="[H100] SXM, sparse halved; NVLink 900 GB/s in total; [NIC] ConnectX-7")),
 }
