@@ -31,8 +31,9 @@ as cited on each entry (read through the copies named where the vendor page itse
           https://verda.com/blog/gb300-nvl72-architecture, whose per-GPU dense table gives 15 / 5 / 2.5 PF).
   [H100]  NVIDIA H100 Tensor Core GPU datasheet, SXM: FP8 3,958 TF and BF16 1,979 TF with sparsity, HBM 3.35 TB/s,
           NVLink 900 GB/s, https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet.
-  [NVL5]  Fifth-generation NVLink: 1.8 TB/s per GPU in total, 900 GB/s each way (NVIDIA Blackwell tuning guide,
-          https://docs.nvidia.com/cuda/blackwell-tuning-guide/, section "Fifth-Generation NVLink").
+  [NVL5]  Fifth-generation NVLink: 1.8 TB/s per GPU in total ([HGX]; [GB300]: 130 TB/s over 72 GPUs), that is
+          900 GB/s each way (https://verda.com/blog/gb300-nvl72-architecture: "1.8 TB/s total bandwidth (900 GB/s
+          unidirectional)").
   [NIC]   Scale-out per GPU: one ConnectX-7 400 Gb/s (50 GB/s each way) per B200 / GB200 / H100 in the MLPerf
           system descriptions (mlcommons/inference_results_v6.0 closed/Nebius/systems/nebius_b200_n1.json: "8x
           ConnectX-7 IB NDR 400Gb/s"; inference_results_v6.1 closed/Crusoe/systems/
