@@ -7,9 +7,11 @@ bound by name. Nothing here installs anything: the seam's table says what is wra
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from maxtext.configs import types
@@ -20,7 +22,28 @@ from MaxText.integration.quant import quantization_from_config
 from MaxText.precision.modes import is_nvfp4
 from MaxText.integration.settings import settings_of
 
-__all__ = ["wrap_configure_quantization", "wrap_initialize", "wrap_maybe_quantize_model", "wrap_train_loop"]
+__all__ = ["maxtext_quantization", "wrap_configure_quantization", "wrap_initialize", "wrap_maybe_quantize_model",
+           "wrap_train_loop"]
+
+#: True inside `maxtext_quantization()`: every quantization mode goes to maxtext's own factory.
+_MAXTEXT_QUANTIZATION: contextvars.ContextVar[bool] = contextvars.ContextVar("maxtext_quantization", default=False)
+
+
+@contextlib.contextmanager
+def maxtext_quantization() -> Iterator[None]:
+  """Within the block, `configure_quantization` hands every mode to maxtext's original factory, te_nvfp4 included.
+
+  Why: the pre-flight's step-time prediction (MaxText.preflight.programs) compares the plugin's te_nvfp4 (MLP GEMMs
+  only) with upstream maxtext's te_nvfp4 (every GEMM through TransformerEngine's NVFP4 recipe, attention
+  projections included), compiled in the same process. The switch is a context variable: it holds for this block
+  in this thread (or task) only, and is off again after it, so a training run never sees it. Nothing but the
+  pre-flight uses it.
+  """
+  token = _MAXTEXT_QUANTIZATION.set(True)
+  try:
+    yield
+  finally:
+    _MAXTEXT_QUANTIZATION.reset(token)
 
 
 def _with_plugin_keys(config_class: type[Any]) -> type[Any]:
@@ -67,7 +90,7 @@ def wrap_configure_quantization(original: Callable[..., Any]) -> Callable[..., A
   """Routes the NVFP4 modes to the plugin's quant object and everything else to maxtext's factory.
 
   For te_nvfp4/te_nvfp4_no_rht it never reaches upstream's TransformerEngine class (which imports
-  transformer_engine and fails where TE is absent).
+  transformer_engine and fails where TE is absent), except inside `maxtext_quantization()`.
   """
   signature = inspect.signature(original)
 
@@ -76,7 +99,7 @@ def wrap_configure_quantization(original: Callable[..., Any]) -> Callable[..., A
     bound = signature.bind(*args, **kwargs)
     bound.apply_defaults()
     config = bound.arguments["config"]
-    if is_nvfp4(getattr(config, "quantization", None)):
+    if is_nvfp4(getattr(config, "quantization", None)) and not _MAXTEXT_QUANTIZATION.get():
       return quantization_from_config(config, bound.arguments["quant_mode_str"])
     return original(*args, **kwargs)
 

@@ -1,0 +1,134 @@
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
+"""The programs a step-time prediction compares: the run as configured, and the same config compiled as maxtext's
+FP8, as BF16, and as upstream maxtext's te_nvfp4 (every GEMM in NVFP4); what each differs in, and the prediction of
+each next to the run's.
+
+Why a table: a speedup is only meaningful against a named baseline, and each baseline is one change to the run's
+own config (`quantization=...`), so the comparison holds the model, batch, parallelism and remat policy fixed.
+The published NVFP4 results (docs/prediction.md) compare with maxtext's `quantization=fp8`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any, ContextManager
+
+from MaxText.backends.targets import Target
+from MaxText.integration import hooks
+from MaxText.integration.flops import training_flops
+from MaxText.preflight import predict
+from MaxText.preflight.kernels import Kernel
+
+__all__ = ["COMPARISONS", "Comparison", "Predicted", "against", "mlp_widths", "overrides_for", "predict_all"]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Comparison:
+  """One program compared with the run: the overrides that make it from the run's config, whether it is compiled
+  with maxtext's own quantization for every mode (MaxText.integration.hooks.maxtext_quantization), what it is."""
+
+  name: str
+  overrides: tuple[str, ...]
+  upstream: bool = False
+  what: str
+
+  def context(self) -> ContextManager[None]:
+    """The block its config is loaded and compiled in."""
+    return hooks.maxtext_quantization() if self.upstream else contextlib.nullcontext()
+
+
+COMPARISONS: dict[str, Comparison] = {c.name: c for c in (
+    Comparison(name="fp8", overrides=("quantization=fp8",),
+               what="maxtext's fp8 (XLA's FP8 GEMMs for every dense layer), the published baseline"),
+    Comparison(name="bf16", overrides=("quantization=",), what="no quantization: every GEMM in BF16"),
+    Comparison(name="nvfp4_all", overrides=("quantization=te_nvfp4",), upstream=True,
+               what="upstream maxtext's te_nvfp4: every dense GEMM (attention projections too) NVFP4 through TE"),
+)}
+
+
+def against(text: str) -> tuple[str, ...]:
+  """The comparisons named in `--predict-against` ("fp8,bf16"), in order, each once.
+
+  Raises:
+    ValueError: a name that is not a comparison (the message lists the valid ones).
+  """
+  names = tuple(dict.fromkeys(name.strip() for name in text.split(",") if name.strip()))
+  unknown = [name for name in names if name not in COMPARISONS]
+  if unknown or not names:
+    raise ValueError(f"--predict-against {text!r}: {', '.join(map(repr, unknown)) or 'nothing'} is not a program "
+                     f"to compare with; valid: {', '.join(COMPARISONS)} (comma-separated)")
+  return names
+
+
+def overrides_for(run_overrides: Sequence[str], comparison: Comparison) -> list[str]:
+  """The run's overrides with the comparison's on top (a key the comparison sets is dropped from the run's, as
+  maxtext refuses a key given twice)."""
+  keys = {o.split("=", 1)[0] for o in comparison.overrides}
+  return [o for o in run_overrides if o.split("=", 1)[0] not in keys] + list(comparison.overrides)
+
+
+def _parallelism(config: Any, axis: str) -> int:
+  return int(getattr(config, f"ici_{axis}_parallelism", 1) or 1) * int(getattr(config, f"dcn_{axis}_parallelism", 1)
+                                                                       or 1)
+
+
+def mlp_widths(config: Any) -> frozenset[int]:
+  """The MLP hidden sizes a GEMM of this config carries on one device: mlp_dim (and moe_mlp_dim with experts),
+  whole and divided by the mesh axes maxtext shards the `mlp` axis over (fsdp_transpose, tensor, tensor_sequence,
+  autoregressive). An axis sized -1 (the rest of the devices) counts every power-of-two share."""
+  widths = {int(config.mlp_dim)}
+  if int(getattr(config, "num_experts", 1) or 1) > 1:
+    widths.add(int(config.moe_mlp_dim))
+  sizes = [_parallelism(config, axis) for axis in ("fsdp_transpose", "tensor", "tensor_sequence", "autoregressive")]
+  shares = {1}
+  if any(size < 0 for size in sizes):
+    shares |= {2**i for i in range(1, 16)}
+  else:
+    product = 1
+    for size in sizes:
+      product *= size
+    shares.add(product)
+  return frozenset(width // share for width in widths for share in shares if width % share == 0)
+
+
+@dataclasses.dataclass(frozen=True)
+class Predicted:
+  """The run's prediction and each comparison's, for one target."""
+
+  run: predict.Prediction
+  against: dict[str, predict.Prediction]
+
+  def speedups(self) -> dict[str, float]:
+    """The run's speedup over each comparison."""
+    return {name: predict.speedup(other, self.run) for name, other in self.against.items()}
+
+  def ceilings(self) -> dict[str, float]:
+    """The run's Amdahl ceiling over each comparison (its MLP GEMMs free)."""
+    return {name: predict.amdahl_ceiling(other, self.run) for name, other in self.against.items()}
+
+  def as_dict(self) -> dict[str, Any]:
+    return {"run": self.run.as_dict(), "against": {name: p.as_dict() for name, p in self.against.items()},
+            "speedup": self.speedups(), "amdahl_ceiling": self.ceilings(),
+            "compared_programs": {name: {"overrides": list(COMPARISONS[name].overrides),
+                                         "what": COMPARISONS[name].what} for name in self.against},
+            "model": "roofline per kernel, datasheet peaks, no overlap (MaxText/preflight/predict.py)"}
+
+
+def predict_all(config: Any, run: Sequence[Kernel], target: Target, names: Sequence[str],
+                kernels_of: Callable[[Comparison], list[Kernel]]) -> Predicted:
+  """The run's prediction and that of each named comparison.
+
+  Args:
+    config: the run's loaded config (its model FLOPs and MLP widths hold for every comparison: same model).
+    run: the run's kernels.
+    target: the GPU predicted for.
+    names: the comparisons (keys of COMPARISONS).
+    kernels_of: compiles one comparison (its overrides, in its `context()`) and returns its kernels; the caller
+      decides what a failure to compile does.
+  """
+  widths = mlp_widths(config)
+  model_flops = training_flops(config)["tflops_per_device_step"] * 1e12
+  other = {name: predict.predict(kernels_of(COMPARISONS[name]), target.peaks, widths, model_flops) for name in names}
+  return Predicted(run=predict.predict(run, target.peaks, widths, model_flops), against=other)

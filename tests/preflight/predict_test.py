@@ -1,0 +1,141 @@
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
+"""The step-time roofline (MaxText.preflight.predict) on hand-built kernels, against arithmetic done here from the
+datasheet numbers (so a wrong peak, bandwidth or classification changes a result and fails a test); the
+comparison table (MaxText.preflight.programs); and the scoped switch to maxtext's own quantization
+(MaxText.integration.hooks.maxtext_quantization) the nvfp4_all comparison compiles under."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+
+from MaxText.backends.targets import TARGETS
+from MaxText.integration import hooks
+from MaxText.preflight import predict, programs
+from MaxText.preflight.classify import Math, Work
+from MaxText.preflight.kernels import Kernel
+
+#: Datasheet figures, dense, per GPU, as the tests expect them (MaxText/backends/targets.py cites the sources).
+GB300_FP4, GB300_FP8, GB300_BF16, GB300_HBM, NVLINK5 = 15e15, 5e15, 2.5e15, 8e12, 0.9e12
+GB200_FP4 = 10e15
+MLP = frozenset({14336})
+M, N, K = 16384, 14336, 4096  # Llama 3 8B's wi_0 forward: 2 x 8192 tokens, hidden 4096, MLP width 14336
+
+
+def _kernel(math: Math, flops: int = 0, nbytes: int = 0, runs: int = 1, wire: int = 0, group: int = 1,
+            dims: tuple[int, int, int] | None = None, name: str = "k") -> Kernel:
+  return Kernel(name=name, opcode="custom-call", target="", bytes=nbytes, op_name="", runs=runs,
+                work=Work(math=math, flops=flops, wire_bytes=wire, group=group, gemm_dims=dims))
+
+
+def _gemm(math: Math, runs: int = 32, dims: tuple[int, int, int] = (M, N, K)) -> Kernel:
+  m, n, k = dims
+  operands = {Math.FP4_GEMM: 0.5, Math.FP8_GEMM: 1, Math.BF16_GEMM: 2}[math]
+  return _kernel(math, flops=2 * m * n * k, nbytes=int(operands * (m * k + k * n)) + 2 * m * n, runs=runs, dims=dims)
+
+
+def test_a_gemm_bound_step_takes_flops_over_the_peak_of_its_math_type():
+  """The MLP GEMM of 32 layers: compute-bound in every precision (at most 1.1 GB against 1.9 TFLOP)."""
+  flops = 2 * M * N * K * 32
+  for math, peak in ((Math.FP4_GEMM, GB300_FP4), (Math.FP8_GEMM, GB300_FP8), (Math.BF16_GEMM, GB300_BF16)):
+    prediction = predict.predict([_gemm(math)], TARGETS["gb300"].peaks, MLP)
+    assert prediction.step_seconds == pytest.approx(flops / peak, rel=1e-12), math
+    assert prediction.seconds[predict.Group.MLP_GEMMS] == prediction.step_seconds
+    assert prediction.flops[math] == flops
+  fp4_on_gb200 = predict.predict([_gemm(Math.FP4_GEMM)], TARGETS["gb200"].peaks, MLP)
+  assert fp4_on_gb200.step_seconds == pytest.approx(flops / GB200_FP4, rel=1e-12)
+
+
+def test_a_bandwidth_bound_step_takes_bytes_over_hbm_whatever_its_flops():
+  """A GEMM with M = 16 (its bytes dominate: 2 x 16 x 14336 x 4096 FLOPs against 117 MB of weights) and an
+  elementwise kernel are both bound by HBM."""
+  thin = _gemm(Math.BF16_GEMM, runs=1, dims=(16, N, K))
+  elementwise = _kernel(Math.ELEMENTWISE, nbytes=3 * 2 * M * N, runs=32)
+  prediction = predict.predict([thin, elementwise], TARGETS["gb300"].peaks, MLP)
+  assert thin.bytes / GB300_HBM > thin.work.flops / GB300_BF16
+  assert prediction.seconds[predict.Group.MLP_GEMMS] == pytest.approx(thin.bytes / GB300_HBM, rel=1e-12)
+  assert prediction.seconds[predict.Group.ELEMENTWISE] == pytest.approx(32 * 3 * 2 * M * N / GB300_HBM, rel=1e-12)
+
+
+def test_a_communication_bound_step_takes_wire_bytes_over_nvlink_or_the_network_beyond_its_domain():
+  """FSDP's all-gather of 32 layers' MLP weights: (n-1) shards per GPU over NVLink within the 72-GPU domain; the
+  same over 128 GPUs goes at the 100 GB/s of GB300's ConnectX-8."""
+  shard = 14336 * 4096 * 2 // 64
+  inside = _kernel(Math.COLLECTIVE, nbytes=shard * 65, wire=shard * 63, group=64, runs=32)
+  beyond = _kernel(Math.COLLECTIVE, nbytes=shard * 129, wire=shard * 127, group=128, runs=32)
+  peaks = TARGETS["gb300"].peaks
+  assert predict.predict([inside], peaks, MLP).step_seconds == pytest.approx(32 * shard * 63 / NVLINK5, rel=1e-12)
+  assert predict.predict([beyond], peaks, MLP).step_seconds == pytest.approx(32 * shard * 127 / 0.1e12, rel=1e-12)
+  overlapped = predict.predict([inside, _gemm(Math.FP8_GEMM)], peaks, MLP)
+  assert overlapped.overlapped_seconds == pytest.approx(max(32 * shard * 63 / NVLINK5, 2 * M * N * K * 32 / GB300_FP8))
+
+
+def test_groups_split_mlp_gemms_from_other_gemms_by_the_mlp_width_and_keep_unclassified_apart():
+  attention_projection = _gemm(Math.BF16_GEMM, dims=(M, 4096, 4096))
+  attention = _kernel(Math.ATTENTION, flops=10**15, nbytes=10**9)
+  unknown = _kernel(Math.UNCLASSIFIED, nbytes=8 * 10**9, runs=2)
+  prediction = predict.predict([_gemm(Math.FP4_GEMM), attention_projection, attention, unknown],
+                               TARGETS["gb300"].peaks, MLP)
+  assert prediction.seconds[predict.Group.OTHER_GEMMS] == pytest.approx(2 * M * 4096 * 4096 * 32 / GB300_BF16)
+  assert prediction.seconds[predict.Group.ATTENTION] == pytest.approx(10**15 / GB300_BF16)  # at the BF16 peak
+  assert prediction.seconds[predict.Group.UNCLASSIFIED] == pytest.approx(2 * 8 * 10**9 / GB300_HBM)
+  assert prediction.kernels[predict.Group.UNCLASSIFIED] == 1 and prediction.bytes[predict.Group.UNCLASSIFIED] == 16e9
+  assert prediction.step_seconds == pytest.approx(sum(prediction.seconds.values()))
+
+
+def test_speedup_amdahl_ceiling_and_tflops_per_gpu():
+  elementwise = _kernel(Math.ELEMENTWISE, nbytes=8 * 10**10)  # 10 ms on GB300
+  peaks = TARGETS["gb300"].peaks
+  fp8 = predict.predict([_gemm(Math.FP8_GEMM), elementwise], peaks, MLP, model_flops=2e15)
+  nvfp4 = predict.predict([_gemm(Math.FP4_GEMM), elementwise], peaks, MLP, model_flops=2e15)
+  gemm = 2 * M * N * K * 32
+  assert predict.speedup(fp8, nvfp4) == pytest.approx((gemm / GB300_FP8 + 0.01) / (gemm / GB300_FP4 + 0.01))
+  assert predict.amdahl_ceiling(fp8, nvfp4) == pytest.approx((gemm / GB300_FP8 + 0.01) / 0.01)
+  assert nvfp4.tflops_per_gpu == pytest.approx(2e15 / (gemm / GB300_FP4 + 0.01) / 1e12)
+
+
+def test_an_fp4_gemm_on_a_gpu_without_fp4_tensor_cores_is_refused_in_one_line():
+  with pytest.raises(ValueError, match="without FP4 tensor cores"):
+    predict.predict([_gemm(Math.FP4_GEMM)], TARGETS["h100"].peaks, MLP)
+
+
+def test_every_target_has_dense_peaks_in_the_order_of_its_math_types():
+  for name, target in TARGETS.items():
+    peaks = target.peaks
+    assert peaks.bf16 < peaks.fp8 and (peaks.fp4 is None or peaks.fp8 < peaks.fp4), name
+    assert peaks.network < peaks.nvlink < peaks.hbm and peaks.sources, name
+
+
+def test_predict_against_names_known_programs_once_and_refuses_the_rest():
+  assert programs.against("fp8, bf16,fp8") == ("fp8", "bf16")
+  with pytest.raises(ValueError, match=r"'fp4' is not a program to compare with; valid: fp8, bf16, nvfp4_all"):
+    programs.against("fp8,fp4")
+  with pytest.raises(ValueError, match="nothing"):
+    programs.against(",")
+
+
+def test_a_comparison_replaces_the_run_s_own_setting_of_its_keys():
+  fp8 = programs.COMPARISONS["fp8"]
+  assert programs.overrides_for(["quantization=te_nvfp4", "steps=5"], fp8) == ["steps=5", "quantization=fp8"]
+  assert programs.COMPARISONS["nvfp4_all"].upstream and not fp8.upstream
+
+
+def test_mlp_widths_follow_the_mesh_axes_that_shard_the_mlp():
+  config = types.SimpleNamespace(mlp_dim=14336, num_experts=1, ici_tensor_parallelism=4, dcn_tensor_parallelism=1)
+  assert programs.mlp_widths(config) == {14336, 3584}
+  config.ici_tensor_parallelism = -1
+  assert {14336, 7168, 3584, 1792} <= programs.mlp_widths(config)
+
+
+def test_maxtext_quantization_hands_te_nvfp4_to_maxtext_only_inside_the_block(monkeypatch):
+  """The switch the nvfp4_all comparison compiles under: inside, maxtext's own factory gets te_nvfp4; outside (and
+  after), the plugin's quant object does."""
+  monkeypatch.setattr(hooks, "quantization_from_config", lambda config, quant_mode_str: "plugin")
+  configure = hooks.wrap_configure_quantization(lambda config, quant_mode_str="train": "maxtext")
+  config = types.SimpleNamespace(quantization="te_nvfp4")
+  assert configure(config) == "plugin"
+  with hooks.maxtext_quantization():
+    assert configure(config) == "maxtext"
+    assert configure(types.SimpleNamespace(quantization="fp8")) == "maxtext"
+  assert configure(config) == "plugin"
