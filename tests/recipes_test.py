@@ -79,7 +79,7 @@ def test_recipe_loads_with_published_settings(loaded, pair, quant):
   assert c["quantization"] == quant
   assert c["hardware"] == "gpu"
   assert c["attention"] == "cudnn_flash_te"
-  # 405B: the pre-flight found minimal_with_context_and_quantization needs 491 GiB per GB300 on 64 (README).
+  # 405B: the pre-flight found minimal_with_context_and_quantization needs 491 GiB per GB300 on 64 (docs/preflight.md).
   assert c["remat_policy"] == {"llama3_8b": "minimal_with_context_and_quantization", "llama3.1_405b": "full"}[pair]
   assert c["max_target_length"] == "8192"
   assert c["ici_fsdp_parallelism"] == "-1"

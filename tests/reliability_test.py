@@ -6,9 +6,9 @@ of the same global batch. Tolerance: sharding and accumulation change the reduct
 accumulations (tensor parallelism splits wo's contracting dim over devices) and of the gradient all-reduces, and in
 NVFP4 a last-bit change of a GEMM output can move a whole 16-block to the next FP4 value through its amax, so the
 losses drift further apart than BF16 runs would. Bounds: the step-0 loss within STEP0_BOUND of its layout (same
-weights, same data: exact up to reduction order), every loss within MAX_DRIFT nats. Measured here (README
-"Reliability"): step 0 differs by 0.000 (fsdp 8), 0.002 (tensor 4), 0.007 (fsdp 2 x tensor 2), 0.012 (2-step
-accumulation); the largest drift over 10 steps is 0.005-0.022 nats.
+weights, same data: exact up to reduction order), every loss within MAX_DRIFT nats. Measured here
+(docs/development.md, "Reliability: what was tried"): step 0 differs by 0.000 (fsdp 8), 0.002 (tensor 4), 0.007
+(fsdp 2 x tensor 2), 0.012 (2-step accumulation); the largest drift over 10 steps is 0.005-0.022 nats.
 """
 
 from __future__ import annotations
