@@ -1,26 +1,36 @@
 # Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
-"""`python -m MaxText.preflight CONFIG.yml [key=value ...] --target b200|gb300|h100 --devices N [--json PATH]`
+"""`python -m MaxText.preflight CONFIG.yml [key=value ...] --target b200|gb200|gb300|h100 --devices N [--predict]
+[--predict-against fp8,bf16,nvfp4_all] [--json PATH]`
 
 Compiles the run's train step (maxtext's own, with the plugin registered) for N target GPUs with XLA's GPU compiler,
 on this machine, without a GPU (`.venv-gpu`: the CUDA jax plugin and TransformerEngine), and prints:
   - per-device memory: arguments, temporaries, peak, against the GPU's memory: fits or not, by how much;
   - the kernels in the step and TransformerEngine's among them (its FP4 GEMMs, quantizations, RHT amaxes);
   - for an NVFP4 run on TE, what the plugin adds around TE's kernels: the same step compiled again without the
-    non-finite guard and the statistics tap, and the difference in kernels and bytes.
-Exit status: 0 when it fits; 2 with one line on stderr for a config error, an unknown target, a device count the
-config's parallelism cannot use, or a step that does not fit. The answers a GPU would give TE at trace time come
-from MaxText.preflight.deviceless; what that leaves out (cuDNN's attention workspace) is said in the output.
+    non-finite guard and the statistics tap, and the difference in bytes per group of kernels;
+  - with --predict, the step time predicted from the compiled kernels (MaxText.preflight.predict) for this run and
+    for the same config as maxtext's fp8, as bf16 and as upstream maxtext's te_nvfp4 (--predict-against narrows
+    them): model TFLOP/s per GPU, speedups, where the time goes, the Amdahl ceiling.
+Python warnings and WARNING log lines raised while loading and compiling come after the report. Exit status: 0 when
+it fits; 2 with one line on stderr for a config error, an unknown target or comparison, a device count the config's
+parallelism cannot use, a comparison program that does not compile, or a step that does not fit. The answers a GPU
+would give TE at trace time come from MaxText.preflight.deviceless; what that leaves out (cuDNN's attention
+workspace) is said in the output.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
+import contextlib
 import json
+import logging
 import os
 import pathlib
 import re
 import sys
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterator, Sequence
 from typing import Any, NoReturn
 
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
@@ -37,6 +47,7 @@ from MaxText.precision.policy import Precision
 from MaxText.integration.settings import settings_of
 from MaxText.preflight import deviceless
 from MaxText.preflight import kernels as kernels_lib
+from MaxText.preflight import programs
 from MaxText.preflight import report
 
 PROG = "MaxText.preflight"
@@ -64,9 +75,19 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
   parser.add_argument("--json", type=pathlib.Path, help="also write the report as JSON to this path")
   parser.add_argument("--no-overhead", action="store_true",
                       help="skip the second compile that measures what the plugin adds around TE's kernels")
+  parser.add_argument("--predict", action="store_true",
+                      help="predict the step time, also for the programs --predict-against names (one compile each)")
+  parser.add_argument("--predict-against", metavar="NAMES",
+                      help="comma-separated programs to compare with (implies --predict; default: all that run on the "
+                           f"target): {', '.join(f'{c.name} ({c.what})' for c in programs.COMPARISONS.values())}")
   args = parser.parse_intermixed_args(argv)  # key=value overrides may come after the options
   if args.target not in TARGETS:
     fail(f"--target {args.target!r} is not a GPU the plugin describes; valid: {', '.join(sorted(TARGETS))}")
+  try:
+    args.against = programs.against(args.predict_against, TARGETS[args.target])
+  except ValueError as e:
+    fail(str(e))
+  args.predict = args.predict or args.predict_against is not None
   if args.devices < 1:
     fail(f"--devices {args.devices}: give the number of GPUs the run uses (1 or more)")
   bad = [o for o in args.overrides if "=" not in o]
@@ -98,13 +119,14 @@ def load_config(config: str, overrides: Sequence[str], devices: int) -> Any:
                               f"internal_compile_num_devices={devices}"])
 
 
-def compile_step(config: Any, target: str, devices: int) -> Any:
-  """The compiled step; a device count the config's parallelism cannot use is one line, exit 2."""
+def compile_step(config: Any, target: str, devices: int, program: str = "this run") -> Any:
+  """The compiled step; its compile line says which `program` it is. A device count the config's parallelism cannot
+  use is one line, exit 2."""
   # pylint: disable-next=import-outside-toplevel  # maxtext and TE's modules: after register() and the answers
   from MaxText.preflight.compile import compile_train_step
 
   try:
-    return compile_train_step(config, target, devices, log=lambda line: print(line, flush=True))
+    return compile_train_step(config, target, devices, log=lambda line: print(f"{line}: {program}", flush=True))
   except (AssertionError, ValueError) as e:
     message = " ".join(str(e).split())
     if "mesh" in message.lower() or "devices" in message.lower() or "parallelism" in message.lower():
@@ -140,8 +162,54 @@ def main(argv: Sequence[str]) -> int:
   fraction = mem_fraction()
   seam.register()
   seam.install_cli_error_handler(one_line_config_errors([PROG, args.config], PROG))
-  with environment.answering(target_environment(args.target, args.devices)):
-    return _report(args, fraction)
+  with _after_the_report():
+    with environment.answering(target_environment(args.target, args.devices)):
+      return _report(args, fraction)
+
+
+class _Held(logging.Handler):
+  """Holds log records (WARNING and above) instead of printing them."""
+
+  def __init__(self) -> None:
+    super().__init__(logging.WARNING)
+    self.lines: list[str] = []
+
+  def emit(self, record: logging.LogRecord) -> None:
+    self.lines.append(f"{record.levelname} {record.name}: {record.getMessage()}")
+
+
+@contextlib.contextmanager
+def _after_the_report() -> Iterator[None]:
+  """Python warnings and WARNING log records raised in the block (maxtext's, TE's, jax's, while configs load and
+  programs compile) are printed after it, each distinct line once with how often it came, so they do not bury the
+  report. Python's warning filters stay as they are; the root logger's handlers are back after the block."""
+  root = logging.getLogger()
+  handlers, held = root.handlers[:], _Held()
+  root.handlers = [held]
+  try:
+    with warnings.catch_warnings(record=True) as caught:
+      yield
+  finally:
+    root.handlers = handlers + [h for h in root.handlers if h is not held]
+    lines = [f"{w.category.__name__}: {w.message}" for w in caught] + held.lines
+    counts = collections.Counter(" ".join(line.split())[:300] for line in lines)
+    if counts:
+      print(f"warnings and log messages while loading and compiling, held until now ({len(counts)} distinct):")
+      for line, count in counts.items():
+        print(f"  {count} x {line}" if count > 1 else f"  {line}")
+
+
+def _comparison_kernels(args: argparse.Namespace, comparison: programs.Comparison) -> list[kernels_lib.Kernel]:
+  """The kernels of one comparison program; one that does not load or compile is one line, exit 2."""
+  overrides = programs.overrides_for(args.overrides, comparison)
+  try:
+    with comparison.context():
+      compiled = compile_step(load_config(args.config, overrides, args.devices), args.target, args.devices,
+                              f"{comparison.name} ({' '.join(comparison.overrides)}), to compare with")
+    return kernels_lib.kernels(compiled.as_text())
+  except Exception as e:  # pylint: disable=broad-exception-caught  # any failure of that program is one line
+    fail(f"the comparison program {comparison.name} ({' '.join(comparison.overrides)}) does not compile for "
+         f"{args.devices} x {args.target}: {type(e).__name__}: {' '.join(str(e).split())[:300]}")
 
 
 def _report(args: argparse.Namespace, fraction: float) -> int:
@@ -151,6 +219,7 @@ def _report(args: argparse.Namespace, fraction: float) -> int:
   compiled = compile_step(config, args.target, args.devices)
   memory = report.Memory.of(compiled, target, fraction)
   found = kernels_lib.kernels(compiled.as_text())
+  del compiled  # the comparison programs compile next; keep one executable at a time
   lines = [*report.memory_lines(memory, target, args.devices), *report.kernel_lines(found)]
   if getattr(config, "attention", "") == "cudnn_flash_te":
     lines.append("not counted: cuDNN's fused-attention workspace (cuDNN sizes it on the GPU; the pre-flight "
@@ -160,10 +229,18 @@ def _report(args: argparse.Namespace, fraction: float) -> int:
                              "te_kernels": kernels_lib.counts(kernels_lib.te_kernels(found))}
   if not args.no_overhead and _te_nvfp4(config):
     bare = compile_step(load_config(args.config, [*args.overrides, *BARE_OVERRIDES], args.devices), args.target,
-                        args.devices)
+                        args.devices, f"the overhead comparison ({' '.join(BARE_OVERRIDES)})")
     overhead = report.Overhead.between(found, kernels_lib.kernels(bare.as_text()))
     lines += report.overhead_lines(overhead, "against the same step with " + " ".join(BARE_OVERRIDES))
     payload["overhead"] = overhead.as_dict()
+  if args.predict:
+    try:
+      predicted = programs.predict_all(config, found, target, args.against,
+                                       lambda comparison: _comparison_kernels(args, comparison))
+    except ValueError as e:
+      fail(f"cannot predict the step on {args.devices} x {target.name}: {e}")
+    lines += report.prediction_lines(predicted.run, predicted.against, target, args.devices)
+    payload["prediction"] = predicted.as_dict()
   print("\n".join(lines))
   if args.json:
     args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -48,17 +48,23 @@ COMPARISONS: dict[str, Comparison] = {c.name: c for c in (
 )}
 
 
-def against(text: str) -> tuple[str, ...]:
-  """The comparisons named in `--predict-against` ("fp8,bf16"), in order, each once.
+def against(text: str | None, target: Target) -> tuple[str, ...]:
+  """The comparisons named in `--predict-against` ("fp8,bf16"), in order, each once; None: every comparison that
+  can run on `target` (nvfp4_all needs FP4 tensor cores).
 
   Raises:
-    ValueError: a name that is not a comparison (the message lists the valid ones).
+    ValueError: a name that is not a comparison (the message lists the valid ones), or nvfp4_all for a GPU without
+      FP4 tensor cores.
   """
+  if text is None:
+    return tuple(name for name, c in COMPARISONS.items() if not c.upstream or target.peaks.fp4 is not None)
   names = tuple(dict.fromkeys(name.strip() for name in text.split(",") if name.strip()))
   unknown = [name for name in names if name not in COMPARISONS]
   if unknown or not names:
     raise ValueError(f"--predict-against {text!r}: {', '.join(map(repr, unknown)) or 'nothing'} is not a program "
                      f"to compare with; valid: {', '.join(COMPARISONS)} (comma-separated)")
+  if target.peaks.fp4 is None and any(COMPARISONS[name].upstream for name in names):
+    raise ValueError(f"--predict-against nvfp4_all: the {target.name} has no FP4 tensor cores to run it on")
   return names
 
 
@@ -127,8 +133,18 @@ def predict_all(config: Any, run: Sequence[Kernel], target: Target, names: Seque
     names: the comparisons (keys of COMPARISONS).
     kernels_of: compiles one comparison (its overrides, in its `context()`) and returns its kernels; the caller
       decides what a failure to compile does.
+
+  Raises:
+    ValueError: a program the model cannot predict for this target (FP4 GEMMs on a GPU without them), named.
   """
   widths = mlp_widths(config)
   model_flops = training_flops(config)["tflops_per_device_step"] * 1e12
-  other = {name: predict.predict(kernels_of(COMPARISONS[name]), target.peaks, widths, model_flops) for name in names}
-  return Predicted(run=predict.predict(run, target.peaks, widths, model_flops), against=other)
+
+  def predicted(name: str, found: Sequence[Kernel]) -> predict.Prediction:
+    try:
+      return predict.predict(found, target.peaks, widths, model_flops)
+    except ValueError as e:
+      raise ValueError(f"{name}: {e}") from e
+
+  other = {name: predicted(name, kernels_of(COMPARISONS[name])) for name in names}
+  return Predicted(run=predicted("this run", run), against=other)

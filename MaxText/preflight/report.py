@@ -1,6 +1,7 @@
 # Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
-"""What the pre-flight reports about one compiled train step: per-device memory against the GPU's, the kernels, and
-what the plugin adds around TE's kernels compared with the same step without those additions."""
+"""What the pre-flight reports about one compiled train step: per-device memory against the GPU's, the kernels, what
+the plugin adds around TE's kernels compared with the same step without those additions, and the predicted step
+time next to other programs of the same config (MaxText.preflight.predict)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 
 from MaxText.backends.targets import Target
 from MaxText.preflight import kernels as kernels_lib
+from MaxText.preflight import predict
 
 GIB = 1024**3
 #: jax's GPU allocator preallocates this share of each GPU unless XLA_PYTHON_CLIENT_MEM_FRACTION says otherwise.
@@ -62,9 +64,10 @@ class Memory:
 class Overhead:
   """The kernels the plugin adds beside TE's: ours minus the same step compiled without the additions."""
 
-  added_kernels: list[kernels_lib.Kernel]
+  added_kernels: list[kernels_lib.Kernel]  # kernels of ours with no twin (kind, bytes, runs) in the bare program
   added_bytes: int  # total kernel bytes of ours minus those of the bare program
   te_bytes: int  # bytes of TE's own quantized-GEMM kernels (quantize, RHT amax, GEMM) in the bare program
+  net: list[kernels_lib.NetRow]  # the same difference per group of kernels; the rows sum to added_bytes
 
   @property
   def fraction(self) -> float:
@@ -74,11 +77,13 @@ class Overhead:
   def between(cls, ours: list[kernels_lib.Kernel], bare: list[kernels_lib.Kernel]) -> Overhead:
     return cls(added_kernels=kernels_lib.added(ours, bare),
                added_bytes=kernels_lib.total_bytes(ours) - kernels_lib.total_bytes(bare),
-               te_bytes=kernels_lib.total_bytes(kernels_lib.te_kernels(bare, gemm_path_only=True)))
+               te_bytes=kernels_lib.total_bytes(kernels_lib.te_kernels(bare, gemm_path_only=True)),
+               net=kernels_lib.net_by_group(ours, bare))
 
   def as_dict(self) -> dict[str, Any]:
     return {"added_bytes": self.added_bytes, "te_bytes": self.te_bytes, "added_bytes_fraction": self.fraction,
-            "added_kernels": [dataclasses.asdict(k) for k in self.added_kernels]}
+            "added_kernels": [dataclasses.asdict(k) for k in self.added_kernels],
+            "net_by_group": [dataclasses.asdict(row) for row in self.net]}
 
 
 def gib(n: int) -> str:
@@ -108,9 +113,47 @@ def kernel_lines(found: list[kernels_lib.Kernel]) -> list[str]:
 
 
 def overhead_lines(overhead: Overhead, what: str) -> list[str]:
-  lines = [f"what the plugin adds around TE's kernels ({what}): {len(overhead.added_kernels)} kernels, "
-           f"{overhead.added_bytes / 1e6:+.1f} MB against {overhead.te_bytes / 1e6:.1f} MB moved by TE's quantize, "
-           f"RHT-amax and GEMM kernels: added_bytes_fraction {overhead.fraction:.4f}"]
-  for kernel in sorted(overhead.added_kernels, key=lambda k: -k.bytes)[:12]:
-    lines.append(f"  {kernel.kind:<16} {kernel.bytes / 1e6:>9.1f} MB  {kernel.op_name[-90:]}")
+  """The overhead, and its net bytes per group of kernels (phase of the step, TE's or XLA's), largest first: the
+  rows sum to the total."""
+  lines = [f"what the plugin adds around TE's kernels ({what}):",
+           f"  {overhead.added_bytes / 1e6:+,.1f} MB per step against {overhead.te_bytes / 1e6:,.1f} MB moved by TE's "
+           f"quantize, RHT-amax and GEMM kernels: added_bytes_fraction {overhead.fraction:.4f}",
+           "  net MB per step by group (kernels matched by phase of the step and origin, not one by one: fusions "
+           "differ between the two programs; the rows sum to the total):"]
+  lines += [f"  {row.net_bytes / 1e6:>+12,.1f}  {row.group}" for row in overhead.net]
+  return lines
+
+
+def _ms(seconds: float) -> str:
+  """Milliseconds to 4 significant digits (a tiny test config's step is microseconds)."""
+  return f"{seconds * 1e3:.4g}"
+
+
+def prediction_lines(run: predict.Prediction, against: dict[str, predict.Prediction], target: Target,
+                     devices: int) -> list[str]:
+  """The predicted step of this run and of each program it is compared with: step time, model TFLOP/s per GPU,
+  speedups over fp8 and bf16 (where compared), where the time goes, the Amdahl ceiling, what the model leaves out."""
+  programs = {"this run": run, **against}
+  bases = [name for name in ("fp8", "bf16") if name in against]
+  head = f"{'program':<12} {'step ms':>10} {'overlapped':>11} {'TFLOP/s/GPU':>12}"
+  head += "".join(f" {'x over ' + base:>12}" for base in bases)
+  lines = [f"predicted step time on {devices} x {target.name} (a roofline per kernel at the datasheet peaks, summed; "
+           "'overlapped': collectives hidden behind compute; docs/prediction.md):", "  " + head]
+  for name, prediction in programs.items():
+    row = (f"{name:<12} {_ms(prediction.step_seconds):>10} {_ms(prediction.overlapped_seconds):>11} "
+           f"{prediction.tflops_per_gpu:>12,.0f}")
+    row += "".join(f" {predict.speedup(against[base], prediction) if name != base else 1.0:>11.2f}x" for base in bases)
+    lines.append("  " + row)
+  lines.append("  where the time goes, ms per step: " + ", ".join(programs))
+  for group in predict.Group:
+    cells = " ".join(f"{_ms(p.seconds[group]):>10}" for p in programs.values())
+    note = ""
+    if group is predict.Group.UNCLASSIFIED:
+      note = f"  ({run.kernels[group]} kernels, {run.bytes[group] / 1e6:,.1f} MB per step in this run, timed by bytes)"
+    lines.append(f"  {group.value:<14} {cells}{note}")
+  for base in bases:
+    lines.append(f"  Amdahl ceiling over {base} (this run's MLP GEMMs free): "
+                 f"{predict.amdahl_ceiling(against[base], run):.2f}x")
+  lines.append("  not seen by the prediction: kernels below their peaks, launch gaps, cache reuse, how much "
+               "communication overlaps; a real step is slower, and the ratios are the better guide")
   return lines

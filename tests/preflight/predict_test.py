@@ -108,11 +108,16 @@ def test_every_target_has_dense_peaks_in_the_order_of_its_math_types():
 
 
 def test_predict_against_names_known_programs_once_and_refuses_the_rest():
-  assert programs.against("fp8, bf16,fp8") == ("fp8", "bf16")
+  gb300, h100 = TARGETS["gb300"], TARGETS["h100"]
+  assert programs.against("fp8, bf16,fp8", gb300) == ("fp8", "bf16")
+  assert programs.against(None, gb300) == ("fp8", "bf16", "nvfp4_all")
+  assert programs.against(None, h100) == ("fp8", "bf16")  # no FP4 tensor cores: no upstream te_nvfp4 by default
   with pytest.raises(ValueError, match=r"'fp4' is not a program to compare with; valid: fp8, bf16, nvfp4_all"):
-    programs.against("fp8,fp4")
+    programs.against("fp8,fp4", gb300)
   with pytest.raises(ValueError, match="nothing"):
-    programs.against(",")
+    programs.against(",", gb300)
+  with pytest.raises(ValueError, match="NVIDIA H100 80GB HBM3 has no FP4 tensor cores"):
+    programs.against("nvfp4_all", h100)
 
 
 def test_a_comparison_replaces_the_run_s_own_setting_of_its_keys():
@@ -139,3 +144,22 @@ def test_maxtext_quantization_hands_te_nvfp4_to_maxtext_only_inside_the_block(mo
     assert configure(config) == "maxtext"
     assert configure(types.SimpleNamespace(quantization="fp8")) == "maxtext"
   assert configure(config) == "plugin"
+
+
+def test_a_comparison_program_that_does_not_compile_is_one_line_and_exit_2(monkeypatch, capsys):
+  """The pre-flight's handling of a comparison that fails to load or compile: its name, its overrides and the
+  error, in one line on stderr, exit 2 (what tests/te/preflight_test.py cannot provoke cheaply with a real one)."""
+  from MaxText.preflight import __main__ as preflight  # pylint: disable=import-outside-toplevel
+
+  def refuse(config, overrides, devices):
+    raise RuntimeError("no such kernel\nfor this shape")
+
+  monkeypatch.setattr(preflight, "load_config", refuse)
+  args = types.SimpleNamespace(config="c.yml", overrides=["quantization=te_nvfp4", "steps=5"], devices=4,
+                               target="gb300")
+  with pytest.raises(SystemExit) as exit_:
+    preflight._comparison_kernels(args, programs.COMPARISONS["fp8"])  # pylint: disable=protected-access
+  assert exit_.value.code == 2
+  (line,) = capsys.readouterr().err.splitlines()
+  assert line == ("MaxText.preflight: the comparison program fp8 (quantization=fp8) does not compile for 4 x gb300: "
+                  "RuntimeError: no such kernel for this shape")

@@ -10,6 +10,7 @@ import pytest
 
 from MaxText.backends.targets import TARGETS
 from MaxText.preflight import __main__ as preflight
+from MaxText.preflight import kernels as kernels_lib
 from MaxText.preflight import report
 
 
@@ -53,3 +54,41 @@ def test_the_fit_follows_xla_python_client_mem_fraction(monkeypatch, fraction, f
   memory = _memory(0.90)
   assert memory.fraction == pytest.approx(float(fraction))
   assert memory.fits is fits
+
+
+def test_the_overhead_rows_sum_to_the_total_and_say_how_kernels_were_matched():
+  """The pre-flight used to list whole kernels that differed (2,348.9 MB, 1,409.3 MB, ... under a +272.1 MB
+  total); now each row is a group's net bytes and the rows add up to the total."""
+  from MaxText.preflight.classify import Work  # pylint: disable=import-outside-toplevel
+
+  def kernel(name: str, nbytes: int, op_name: str, target: str = "") -> kernels_lib.Kernel:
+    return kernels_lib.Kernel(name=name, opcode="fusion:kInput", target=target, bytes=nbytes, op_name=op_name,
+                              runs=32, work=Work())
+
+  bare = [kernel("mul", 2_000_000, "jit(train_step)/transpose(jvp())/while/body/mul"),
+          kernel("q", 5_000_000, "jit(train_step)/jvp()/while/body/TeDotGeneral_nvfp4/x", "te_dbias_quantize_ffi")]
+  ours = [kernel("check", 2_300_000, "jit(train_step)/transpose(jvp())/while/body/TeDotGeneral_nvfp4/reduce_max"),
+          kernel("amax", 400_000, "jit(train_step)/jvp()/while/body/TeDotGeneral_nvfp4/reduce_max"), bare[1]]
+  overhead = report.Overhead.between(ours, bare)
+  lines = report.overhead_lines(overhead, "against the bare step")
+  rows = [float(line.split()[0].replace(",", "")) for line in lines[3:]]
+  assert overhead.added_bytes == 32 * 700_000 and sum(rows) == pytest.approx(overhead.added_bytes / 1e6)
+  assert lines[3:] == ["         +12.8  forward, XLA kernels", "          +9.6  backward, XLA kernels"]
+  assert "matched by phase of the step and origin" in lines[2]
+
+
+def test_the_prediction_lines_give_step_times_speedups_and_the_ceiling():
+  from MaxText.preflight import predict  # pylint: disable=import-outside-toplevel
+
+  def prediction(mlp: float, rest: float) -> predict.Prediction:
+    seconds = dict.fromkeys(predict.Group, 0.0)
+    seconds.update({predict.Group.MLP_GEMMS: mlp, predict.Group.ELEMENTWISE: rest})
+    return predict.Prediction(seconds=seconds, bytes=dict.fromkeys(predict.Group, 0),
+                              kernels=dict.fromkeys(predict.Group, 0), flops={}, model_flops=1e15)
+
+  lines = report.prediction_lines(prediction(0.1, 0.2), {"fp8": prediction(0.3, 0.2)}, TARGETS["gb300"], 4)
+  text = "\n".join(lines)
+  assert "predicted step time on 4 x NVIDIA GB300" in lines[0]
+  assert "  this run            300         300        3,333        1.67x" in text
+  assert "Amdahl ceiling over fp8 (this run's MLP GEMMs free): 2.50x" in text
+  assert "not seen by the prediction" in lines[-1]

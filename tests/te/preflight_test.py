@@ -2,10 +2,10 @@
 """The pre-flight (`python -m MaxText.preflight`) and the overhead audit (scripts/audit_overhead.py), run as users run
 them, in .venv-gpu on this CPU: maxtext's train step compiled for described GPUs.
 
-What is checked: the report's parts and exit statuses (fits: 0; does not fit, unknown target, a device count the
-parallelism cannot use: 2 with one line), and the audit's two claims on the Llama 3 8B recipe's layer (2 layers
-here; the scanned layer is the same program): the plugin adds at most 5% of the bytes TE's NVFP4 kernels move, and
-the backward never quantizes x or W again.
+What is checked: the report's parts and exit statuses (fits: 0; does not fit, unknown target or comparison, a device
+count the parallelism cannot use: 2 with one line), the step-time prediction's report (--predict) on a tiny config,
+and the audit's two claims on the Llama 3 8B recipe's layer (2 layers here; the scanned layer is the same program):
+the plugin adds at most 5% of the bytes TE's NVFP4 kernels move, and the backward never quantizes x or W again.
 """
 
 from __future__ import annotations
@@ -47,6 +47,37 @@ def test_a_tiny_te_nvfp4_step_fits_one_b200_and_reports_te_and_the_plugins_bytes
   assert report["memory"]["fits"] and 0 < report["memory"]["peak"] < report["memory"]["device"]
   assert report["te_kernels"]["te_gemm_v2_ffi"] >= 3 and report["te_kernels"]["te_dbias_quantize_ffi"] >= 3
   assert report["overhead"]["te_bytes"] > 0 and "added_bytes_fraction" in report["overhead"]
+  rows = report["overhead"]["net_by_group"]
+  assert rows and sum(row["net_bytes"] for row in rows) == report["overhead"]["added_bytes"]
+  compiled = [line for line in proc.stdout.splitlines() if line.startswith("compiled the train step")]
+  assert [line.split(": ", 1)[1] for line in compiled] == [
+      "this run", "the overhead comparison (nvfp4_nonfinite_check=false nvfp4_stats_interval=0)"]
+
+
+def test_predict_reports_step_times_ratios_and_where_the_time_goes(te, tmp_path):
+  """--predict against maxtext's fp8 on one B200: two compiles of the tiny model, the report's rows, the JSON."""
+  del te
+  out = tmp_path / "predict.json"
+  proc = _preflight(str(TINY_YML.relative_to(REPO_ROOT)), *TINY_TE, "--target", "b200", "--devices", "1",
+                    "--no-overhead", "--predict-against", "fp8", "--json", str(out))
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  prediction = json.loads(out.read_text())["prediction"]
+  run, fp8 = prediction["run"], prediction["against"]["fp8"]
+  groups = {"MLP GEMMs", "attention", "other GEMMs", "elementwise", "communication", "unclassified"}
+  assert set(run["seconds"]) == groups and set(fp8["seconds"]) == groups
+  assert run["step_seconds"] == pytest.approx(sum(run["seconds"].values()))
+  assert run["tflops_per_step"]["fp4_gemm"] > 0 and fp8["tflops_per_step"]["fp4_gemm"] == 0
+  assert fp8["tflops_per_step"]["fp8_gemm"] > 0 and run["model_tflops_per_gpu"] > 0
+  assert prediction["speedup"]["fp8"] == pytest.approx(fp8["step_seconds"] / run["step_seconds"])
+  assert prediction["amdahl_ceiling"]["fp8"] >= prediction["speedup"]["fp8"]
+  assert prediction["compared_programs"]["fp8"]["overrides"] == ["quantization=fp8"]
+  report = proc.stdout[proc.stdout.index("predicted step time on 1 x NVIDIA B200"):]
+  for row in ("this run", "fp8", "MLP GEMMs", "communication", "unclassified", "Amdahl ceiling over fp8",
+              "not seen by the prediction"):
+    assert f"  {row}" in report, row
+  assert "Warning: " not in proc.stderr  # Python's warnings are held until after the report, on stdout
+  if "warnings and log messages" in proc.stdout:
+    assert proc.stdout.index("wrote ") < proc.stdout.index("warnings and log messages")
 
 
 def test_a_step_too_large_for_the_gpu_exits_2_saying_by_how_much(te):
@@ -60,13 +91,16 @@ def test_a_step_too_large_for_the_gpu_exits_2_saying_by_how_much(te):
 
 
 @pytest.mark.parametrize("args,expected", [
-    (["--target", "a100", "--devices", "1"], "--target 'a100' is not a GPU the plugin describes; valid: b200, gb300, h100"),
+    (["--target", "a100", "--devices", "1"],
+     "--target 'a100' is not a GPU the plugin describes; valid: b200, gb200, gb300, h100"),
+    (["--target", "b200", "--devices", "1", "--predict-against", "fp8,fp4"],
+     "--predict-against 'fp8,fp4': 'fp4' is not a program to compare with; valid: fp8, bf16, nvfp4_all"),
     (["--target", "b200", "--devices", "0"], "--devices 0"),
     # fp8 (maxtext's own mode): the plugin's config checks would refuse an NVFP4 run earlier, on its GEMM sizes.
     (["--target", "b200", "--devices", "4", "quantization=fp8", "ici_fsdp_parallelism=3"],
      "4 x b200: the config's parallelism cannot use this device count: Number of devices per slice 4 does not match"),
     (["--target", "b200", "--devices", "1", "nvfp4_bf16_layers=[7]"], "nvfp4_bf16_layers"),
-], ids=["unknown_target", "no_devices", "parallelism", "config_error"])
+], ids=["unknown_target", "unknown_comparison", "no_devices", "parallelism", "config_error"])
 def test_bad_input_is_one_line_and_exit_2(te, args, expected):
   del te
   given = {a.split("=", 1)[0] for a in args if "=" in a}
