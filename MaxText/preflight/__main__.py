@@ -119,14 +119,15 @@ def load_config(config: str, overrides: Sequence[str], devices: int) -> Any:
                               f"internal_compile_num_devices={devices}"])
 
 
-def compile_step(config: Any, target: str, devices: int, program: str = "this run") -> Any:
-  """The compiled step; its compile line says which `program` it is. A device count the config's parallelism cannot
-  use is one line, exit 2."""
+def compile_step(config: Any, target: str, devices: int, program: str = "") -> Any:
+  """The compiled step; its compile line says which `program` it is (when named). A device count the config's
+  parallelism cannot use is one line, exit 2."""
   # pylint: disable-next=import-outside-toplevel  # maxtext and TE's modules: after register() and the answers
   from MaxText.preflight.compile import compile_train_step
 
   try:
-    return compile_train_step(config, target, devices, log=lambda line: print(f"{line}: {program}", flush=True))
+    return compile_train_step(config, target, devices,
+                              log=lambda line: print(f"{line}: {program}" if program else line, flush=True))
   except (AssertionError, ValueError) as e:
     message = " ".join(str(e).split())
     if "mesh" in message.lower() or "devices" in message.lower() or "parallelism" in message.lower():
@@ -216,7 +217,7 @@ def _report(args: argparse.Namespace, fraction: float) -> int:
   """The pre-flight of `args` once the target's environment is being answered."""
   target = TARGETS[args.target]
   config = load_config(args.config, args.overrides, args.devices)
-  compiled = compile_step(config, args.target, args.devices)
+  compiled = compile_step(config, args.target, args.devices, "this run")
   memory = report.Memory.of(compiled, target, fraction)
   found = kernels_lib.kernels(compiled.as_text())
   del compiled  # the comparison programs compile next; keep one executable at a time

@@ -124,9 +124,8 @@ def overhead_lines(overhead: Overhead, what: str) -> list[str]:
   return lines
 
 
-def _ms(seconds: float) -> str:
-  """Milliseconds to 4 significant digits (a tiny test config's step is microseconds)."""
-  return f"{seconds * 1e3:.4g}"
+def _ms(seconds: float, decimals: int) -> str:
+  return f"{seconds * 1e3:,.{decimals}f}"
 
 
 def prediction_lines(run: predict.Prediction, against: dict[str, predict.Prediction], target: Target,
@@ -135,18 +134,19 @@ def prediction_lines(run: predict.Prediction, against: dict[str, predict.Predict
   speedups over fp8 and bf16 (where compared), where the time goes, the Amdahl ceiling, what the model leaves out."""
   programs = {"this run": run, **against}
   bases = [name for name in ("fp8", "bf16") if name in against]
+  decimals = 1 if run.step_seconds >= 0.01 else 4  # a tiny test config's step is microseconds
   head = f"{'program':<12} {'step ms':>10} {'overlapped':>11} {'TFLOP/s/GPU':>12}"
   head += "".join(f" {'x over ' + base:>12}" for base in bases)
   lines = [f"predicted step time on {devices} x {target.name} (a roofline per kernel at the datasheet peaks, summed; "
            "'overlapped': collectives hidden behind compute; docs/prediction.md):", "  " + head]
   for name, prediction in programs.items():
-    row = (f"{name:<12} {_ms(prediction.step_seconds):>10} {_ms(prediction.overlapped_seconds):>11} "
+    row = (f"{name:<12} {_ms(prediction.step_seconds, decimals):>10} {_ms(prediction.overlapped_seconds, decimals):>11} "
            f"{prediction.tflops_per_gpu:>12,.0f}")
     row += "".join(f" {predict.speedup(against[base], prediction) if name != base else 1.0:>11.2f}x" for base in bases)
     lines.append("  " + row)
   lines.append("  where the time goes, ms per step: " + ", ".join(programs))
   for group in predict.Group:
-    cells = " ".join(f"{_ms(p.seconds[group]):>10}" for p in programs.values())
+    cells = " ".join(f"{_ms(p.seconds[group], decimals):>10}" for p in programs.values())
     note = ""
     if group is predict.Group.UNCLASSIFIED:
       note = f"  ({run.kernels[group]} kernels, {run.bytes[group] / 1e6:,.1f} MB per step in this run, timed by bytes)"

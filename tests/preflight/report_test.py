@@ -89,6 +89,7 @@ def test_the_prediction_lines_give_step_times_speedups_and_the_ceiling():
   lines = report.prediction_lines(prediction(0.1, 0.2), {"fp8": prediction(0.3, 0.2)}, TARGETS["gb300"], 4)
   text = "\n".join(lines)
   assert "predicted step time on 4 x NVIDIA GB300" in lines[0]
-  assert "  this run            300         300        3,333        1.67x" in text
+  assert "  this run          300.0       300.0        3,333        1.67x" in text
+  assert "  MLP GEMMs           100.0      300.0" in text
   assert "Amdahl ceiling over fp8 (this run's MLP GEMMs free): 2.50x" in text
   assert "not seen by the prediction" in lines[-1]
