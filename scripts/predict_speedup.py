@@ -145,8 +145,12 @@ def predict_point(point: Point) -> dict[str, Any]:
       "note": point.note,
   }
   if point.name == "llama3_8b_gb200":
-    result["published_alternative"] = {**ALTERNATIVE_8B_GB200,
-                                       "ratio_error": _error(ratio, ALTERNATIVE_8B_GB200["ratio"])}
+    alternative = ALTERNATIVE_8B_GB200
+    result["published_alternative"] = {
+        **alternative, "ratio_error": _error(ratio, alternative["ratio"]),
+        "ratio_error_every_gemm_nvfp4": _error(every_ratio, alternative["ratio"]),
+        "tflops_error": {"nvfp4": _error(run.tflops_per_gpu, alternative["nvfp4_tflops_per_gpu"]),
+                         "nvfp4_every_gemm": _error(every.tflops_per_gpu, alternative["nvfp4_tflops_per_gpu"])}}
   return result
 
 
