@@ -105,10 +105,6 @@ def _gemm_math(*dtypes: str) -> Math:
   return Math.UNCLASSIFIED
 
 
-def _gemm(math_type: Math, m: int, n: int, k: int) -> Work:
-  return Work(math=math_type, flops=2 * m * n * k, gemm_dims=(m, n, k))
-
-
 def dims_of(lhs: Sequence[int], rhs: Sequence[int], lhs_contracting: Sequence[int], rhs_contracting: Sequence[int],
             lhs_batch: Sequence[int] = (), rhs_batch: Sequence[int] = ()) -> tuple[int, int, int] | None:
   """(M, N, K) of a dot with these operand dims and dimension numbers (batch dims folded into M); None when the
@@ -122,33 +118,45 @@ def dims_of(lhs: Sequence[int], rhs: Sequence[int], lhs_contracting: Sequence[in
   return batch * m, n, k
 
 
+def _first_array(shape: str) -> tuple[str, tuple[int, ...]]:
+  """(element type, dims) of the first array of an HLO shape; ("", ()) for none."""
+  return (_arrays(shape) or [("", ())])[0]
+
+
+def _gemm(lhs_shape: str, rhs_shape: str, numbers: dict[tuple[str, str], list[int]]) -> Work:
+  """A GEMM on operands of these shapes with these dimension numbers ({("lhs", "contracting"): [...], ...})."""
+  (lhs_type, lhs), (rhs_type, rhs) = _first_array(lhs_shape), _first_array(rhs_shape)
+  dims = dims_of(lhs, rhs, *(numbers.get(key, []) for key in (("lhs", "contracting"), ("rhs", "contracting"),
+                                                                ("lhs", "batch"), ("rhs", "batch"))))
+  kind = _gemm_math(lhs_type, rhs_type)
+  if dims is None or kind is Math.UNCLASSIFIED:
+    return Work(math=Math.UNCLASSIFIED)
+  m, n, k = dims
+  return Work(math=kind, flops=2 * m * n * k, gemm_dims=dims)
+
+
 def _ints(text: str) -> list[int]:
   return [int(x) for x in re.findall(r"\d+", text)]
 
 
+def _numbers(pattern: re.Pattern[str], text: str) -> dict[tuple[str, str], list[int]]:
+  """Dimension numbers by (side, kind), e.g. {("lhs", "contracting"): [1]}, as `pattern` finds them in `text`."""
+  return {(side, kind): _ints(value) for side, kind, value in pattern.findall(text)}
+
+
 def _dot(inst: Instruction, operand_shapes: Sequence[str]) -> Work:
   """An HLO `dot`: dimension numbers from its attributes."""
-  arrays = [(_arrays(s) or [("", ())])[0] for s in operand_shapes[:2]]
-  if len(arrays) < 2:
+  if len(operand_shapes) < 2:
     return Work(math=Math.UNCLASSIFIED)
-  numbers = {(side, kind): _ints(value) for side, kind, value in _CONTRACTING_RE.findall(inst.rest)}
-  dims = dims_of(arrays[0][1], arrays[1][1], numbers.get(("lhs", "contracting"), []),
-                 numbers.get(("rhs", "contracting"), []), numbers.get(("lhs", "batch"), []),
-                 numbers.get(("rhs", "batch"), []))
-  kind = _gemm_math(arrays[0][0], arrays[1][0])
-  return Work(math=Math.UNCLASSIFIED) if dims is None or kind is Math.UNCLASSIFIED else _gemm(kind, *dims)
+  return _gemm(operand_shapes[0], operand_shapes[1], _numbers(_CONTRACTING_RE, inst.rest))
 
 
 def _cublas(inst: Instruction, operand_shapes: Sequence[str]) -> Work:
   """XLA's cuBLAS(Lt) GEMM custom calls: dimension numbers from the backend config."""
-  arrays = [(_arrays(s) or [("", ())])[0] for s in operand_shapes[:2]]
-  numbers = {(side, kind): _ints(value) for side, kind, value in _CUBLAS_DIMS_RE.findall(inst.rest)}
-  if len(arrays) < 2 or ("lhs", "contracting") not in numbers:
+  numbers = _numbers(_CUBLAS_DIMS_RE, inst.rest)
+  if len(operand_shapes) < 2 or ("lhs", "contracting") not in numbers:
     return Work(math=Math.UNCLASSIFIED)
-  dims = dims_of(arrays[0][1], arrays[1][1], numbers[("lhs", "contracting")], numbers.get(("rhs", "contracting"), []),
-                 numbers.get(("lhs", "batch"), []), numbers.get(("rhs", "batch"), []))
-  kind = _gemm_math(arrays[0][0], arrays[1][0])
-  return Work(math=Math.UNCLASSIFIED) if dims is None or kind is Math.UNCLASSIFIED else _gemm(kind, *dims)
+  return _gemm(operand_shapes[0], operand_shapes[1], numbers)
 
 
 def _attr(rest: str, key: str) -> str | None:
@@ -161,18 +169,15 @@ def _te_gemm(inst: Instruction, operand_shapes: Sequence[str]) -> Work:
   contracting dims, which side is which set by `*_transposed` (transformer_engine/jax/cpp_extensions/gemm.py)."""
   if len(operand_shapes) < 3:
     return Work(math=Math.UNCLASSIFIED)
-  lhs_type, lhs = (_arrays(operand_shapes[0]) or [("", ())])[0]
-  rhs_type, rhs = (_arrays(operand_shapes[2]) or [("", ())])[0]
   try:
     lhs_b, rhs_b = int(_attr(inst.rest, "lhs_axis_boundary") or ""), int(_attr(inst.rest, "rhs_axis_boundary") or "")
   except ValueError:
     return Work(math=Math.UNCLASSIFIED)
-  lhs_t, rhs_t = _attr(inst.rest, "lhs_transposed") == "true", _attr(inst.rest, "rhs_transposed") == "true"
-  lhs_k = range(lhs_b) if lhs_t else range(lhs_b, len(lhs))
-  rhs_k = range(rhs_b, len(rhs)) if rhs_t else range(rhs_b)
-  dims = dims_of(lhs, rhs, list(lhs_k), list(rhs_k))
-  kind = _gemm_math(lhs_type, rhs_type)
-  return Work(math=Math.UNCLASSIFIED) if dims is None or kind is Math.UNCLASSIFIED else _gemm(kind, *dims)
+  lhs_rank, rhs_rank = len(_first_array(operand_shapes[0])[1]), len(_first_array(operand_shapes[2])[1])
+  lhs_k = range(lhs_b) if _attr(inst.rest, "lhs_transposed") == "true" else range(lhs_b, lhs_rank)
+  rhs_k = range(rhs_b, rhs_rank) if _attr(inst.rest, "rhs_transposed") == "true" else range(rhs_b)
+  return _gemm(operand_shapes[0], operand_shapes[2], {("lhs", "contracting"): list(lhs_k),
+                                                      ("rhs", "contracting"): list(rhs_k)})
 
 
 def _te_attention(inst: Instruction, backward: bool) -> Work:
