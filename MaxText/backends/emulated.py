@@ -17,6 +17,7 @@ import jax
 from MaxText.backends import pipeline
 from MaxText.backends.sr import sr_key
 from MaxText.backends.stages import Core
+from MaxText.nvfp4 import audit
 from MaxText.nvfp4.gemm import DimensionNumbers, GemmRecipe, nvfp4_dot_general, nvfp4_matmul
 from MaxText.precision.settings import Settings
 
@@ -53,7 +54,7 @@ class Nvfp4DotGeneral(nn.Module):
     del precision, preferred_element_type  # NVFP4 fixes both: FP4 operands, f32 accumulation, lhs dtype out
     recipe = self.settings.recipe
     key = sr_key(self) if recipe.stochastic_rounding else None
-    state, sinks = pipeline.stages_of(self, self.settings, guard=False)
+    state, sinks = pipeline.stages_of(self, self.settings, guard=False, candidate=audit.emulated)
     bf16 = unquantized(dimension_numbers)
     gemm = pipeline.inner(core(lhs, rhs, dimension_numbers, recipe), state, bf16, dimension_numbers)
     return pipeline.outer(gemm, state, bf16)(lhs, rhs, (key, sinks))

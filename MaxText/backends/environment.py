@@ -99,7 +99,8 @@ def current() -> Environment:
   return answer if answer is not None else probe_environment()
 
 
-def _te_unavailable_reason(env: Environment) -> str | None:
+def te_unavailable_reason(env: Environment) -> str | None:
+  """Why TransformerEngine cannot run NVFP4 in `env` (one clause), or None where it can."""
   if env.te_error is not None:
     return f"transformer_engine.jax does not import ({env.te_error}); ./setup.sh --gpu installs it"
   if not env.gpu_capabilities:
@@ -121,7 +122,7 @@ def resolve_backend(requested: Backend | str, env: Environment) -> Backend:
   requested = Backend(requested)
   if requested is Backend.EMULATED:
     return Backend.EMULATED
-  reason = _te_unavailable_reason(env)
+  reason = te_unavailable_reason(env)
   if requested is Backend.TE:
     if reason:
       raise ValueError(f"nvfp4_backend=te cannot run here: {reason}. Use nvfp4_backend=emulated (pure JAX, any "

@@ -38,7 +38,7 @@ from MaxText.backends import emulated, pipeline
 from MaxText.backends.emulated import unquantized
 from MaxText.backends.sr import sr_key
 from MaxText.backends.stages import Core
-from MaxText.nvfp4 import grouped
+from MaxText.nvfp4 import audit, grouped
 from MaxText.nvfp4.gemm import GemmRecipe
 from MaxText.precision.modes import Backend
 from MaxText.precision.policy import Precision
@@ -176,7 +176,7 @@ class ExpertState(nn.Module):
   @nn.compact
   def __call__(self) -> tuple[jax.Array | None, pipeline.Stages, tuple[jax.Array, ...]]:
     key = sr_key(self) if self.settings.recipe.stochastic_rounding else None
-    state, sinks = pipeline.stages_of(self, self.settings, guard=False,
+    state, sinks = pipeline.stages_of(self, self.settings, guard=False, candidate=audit.emulated,
                                       sink_shape=(len(EXPERT_GEMMS), self.num_experts))
     return key, state, sinks
 

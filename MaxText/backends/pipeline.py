@@ -8,7 +8,8 @@ From the operands inward (MaxText.backends.stages defines each stage once):
                      GEMM operands make a block holding a NaN or Inf NaN).
   2. select_bf16     a BF16 decoder layer (nvfp4_bf16_first/last_layers, nvfp4_bf16_layers) or a step past
                      nvfp4_bf16_from_step: the unquantized GEMM instead, forward and backward (`lax.cond`).
-  3. taps            every nvfp4_stats_interval steps, the per-GEMM statistics of the operands the GEMM quantizes.
+  3. taps            every nvfp4_stats_interval steps, the per-GEMM statistics of the operands the GEMM quantizes;
+                     every nvfp4_audit_interval steps, the audit: the backend's quantized operands against ours.
   4. forward_switch  past nvfp4_bf16_forward_from_step: the BF16 forward output, the core's gradients.
   5. the core        the emulated NVFP4 GEMM (MaxText.nvfp4.gemm), TE's dense, or one expert's GEMM. Its
                      stochastic-rounding key (sr.sr_key: per layer, per step) travels in the core's `extra`.
@@ -30,18 +31,25 @@ import jax.numpy as jnp
 
 from MaxText.backends import stages
 from MaxText.backends.flags import current_step, gemm_flags
+from MaxText.nvfp4 import audit
 from MaxText.nvfp4.gemm import DimensionNumbers, GemmRecipe, as_matrices
-from MaxText.nvfp4.stats import BACKWARD_ROWS, FORWARD_ROWS, backward_operand_stats, empty_gemm_stats, \
-    forward_operand_stats
+from MaxText.nvfp4.stats import BACKWARD_ROWS, FORWARD_ROWS, GEMM_OPERANDS, backward_operand_stats, \
+    empty_gemm_stats, forward_operand_stats
 from MaxText.precision.settings import Settings
 
-__all__ = ["OVERWRITE_COLLECTION", "STATS_NAME", "Stages", "inner", "outer", "stages_of", "statistics"]
+__all__ = ["AUDIT_NAME", "OVERWRITE_COLLECTION", "STATS_NAME", "Candidate", "Stages", "auditing", "empty_audit",
+           "inner", "outer", "stages_of", "statistics"]
 
 #: maxtext's collection whose variables its train step overwrites with their gradient (FP8 delayed scaling's amax
 #: history uses it; so do the taps' sinks, and TE's quantizer metadata, of which NVFP4 has none).
 OVERWRITE_COLLECTION = "_overwrite_with_gradient"
 #: The statistics variable of each NVFP4 GEMM (operands x statistics; stacked along the layer axis under scan).
 STATS_NAME = "nvfp4_stats"
+#: The audit variable of each NVFP4 GEMM (operands x audit.COLUMNS: mismatching codes, scales, amax).
+AUDIT_NAME = "nvfp4_audit"
+#: A backend's quantizer as the audit holds it against ours: (2-D tensor, operand) -> (codes, scales, amax) as bits
+#: in the operand's blocked orientation (MaxText.nvfp4.audit.Encoded's layout).
+Candidate = Callable[[jax.Array, audit.Operand], tuple[jax.Array, jax.Array, jax.Array]]
 
 
 def statistics(recipe: GemmRecipe) -> stages.Measure:
@@ -50,6 +58,30 @@ def statistics(recipe: GemmRecipe) -> stages.Measure:
   return stages.Measure(forward=lambda x, w: forward_operand_stats(x, w, recipe),
                         backward=lambda dy: backward_operand_stats(dy, recipe), forward_rows=FORWARD_ROWS,
                         backward_rows=BACKWARD_ROWS, empty=empty_gemm_stats)
+
+
+def empty_audit() -> jax.Array:
+  """The audit array of one GEMM before any audit step: zeros, (operands, audit.COLUMNS)."""
+  return jnp.zeros((len(GEMM_OPERANDS), len(audit.COLUMNS)), jnp.float32)
+
+
+def auditing(recipe: GemmRecipe, candidate: Candidate) -> stages.Measure:
+  """The audit as a tap measures it: each operand the GEMM quantizes, quantized by the backend's `candidate` and by
+  ours (MaxText.nvfp4.audit), the mismatches counted; rows in GEMM_OPERANDS order, as the statistics'."""
+  operands = audit.gemm_operands(recipe)
+
+  def rows(tensors: dict[str, jax.Array], names: tuple[str, ...]) -> jax.Array:
+    found = []
+    for operand in (o for o in operands if o.name in names):
+      tensor = tensors[operand.source]
+      found.append(audit.audited(tensor, operand, *candidate(tensor, operand)))
+    return jnp.stack(found)
+
+  forward_names = tuple(GEMM_OPERANDS[i] for i in FORWARD_ROWS)
+  backward_names = tuple(GEMM_OPERANDS[i] for i in BACKWARD_ROWS)
+  return stages.Measure(forward=lambda x, w: rows({"x": x, "w": w}, forward_names),
+                        backward=lambda dy: rows({"dy": dy}, backward_names), forward_rows=FORWARD_ROWS,
+                        backward_rows=BACKWARD_ROWS, empty=empty_audit)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,23 +98,28 @@ class Stages:
   taps: tuple[tuple[stages.Measure, jax.Array], ...]
 
 
-def stages_of(module: Any, settings: Settings, guard: bool, sink_shape: tuple[int, ...] = ()
+def stages_of(module: Any, settings: Settings, guard: bool, candidate: Candidate, sink_shape: tuple[int, ...] = ()
               ) -> tuple[Stages, tuple[jax.Array, ...]]:
   """(Stages, sink values) of one NVFP4 GEMM module (or one RoutedMoE layer's expert state), inside its compact call.
 
-  Creates the module's statistics variable when nvfp4_stats_interval is set (`sink_shape` leading axes before the
-  statistics array: (expert GEMMs, experts) for an expert layer). Outside a train/eval step (model init, abstract
-  builds) no tap applies: the variable is created and the GEMM runs untapped.
+  Creates the module's statistics and audit variables where nvfp4_stats_interval / nvfp4_audit_interval are set
+  (`sink_shape` leading axes before each array: (expert GEMMs, experts) for an expert layer); `candidate` is the
+  backend's quantizer the audit holds against ours. Outside a train/eval step (model init, abstract builds) no tap
+  applies: the variables are created and the GEMM runs untapped.
   """
   all_bf16, forward_bf16 = gemm_flags(module, settings.switches)
   taps, sinks = [], []
-  if settings.stats_interval:
-    empty = empty_gemm_stats()
-    sink = module.variable(OVERWRITE_COLLECTION, STATS_NAME, lambda: jnp.broadcast_to(empty, (*sink_shape,
-                                                                                                *empty.shape)))
-    step = current_step()
+  step = current_step()
+  for name, interval, measure, is_step in (
+      (STATS_NAME, settings.stats_interval, lambda: statistics(settings.recipe), settings.is_stats_step),
+      (AUDIT_NAME, settings.audit_interval, lambda: auditing(settings.recipe, candidate), settings.is_audit_step)):
+    if not interval:
+      continue
+    tap = measure()
+    sink = module.variable(OVERWRITE_COLLECTION, name, lambda t=tap: jnp.broadcast_to(t.empty(), (*sink_shape,
+                                                                                                    *t.empty().shape)))
     if step is not None and not module.is_initializing():
-      taps.append((statistics(settings.recipe), settings.is_stats_step(step)))
+      taps.append((tap, is_step(step)))
       sinks.append(sink.value)
   return Stages(all_bf16=all_bf16, forward_bf16=forward_bf16, guard=guard, taps=tuple(taps)), tuple(sinks)
 

@@ -24,7 +24,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from MaxText.backends import pipeline
+from MaxText.backends import pipeline, te_quantize
 from MaxText.backends.emulated import unquantized
 from MaxText.backends.pipeline import OVERWRITE_COLLECTION
 from MaxText.backends.sr import sr_key
@@ -78,8 +78,8 @@ def dot_general_cls(precision: Precision, settings: Settings) -> type:
 
   NVFP4: TE's dense is the core of the GEMM pipeline (MaxText.backends.pipeline): the non-finite guard
   (nvfp4_nonfinite_check), the BF16 layers and late switch, the statistics (nvfp4_stats_interval: our bit-exact
-  quantizer's statistics of the bf16 operands TE quantizes) and the forward-only switch around it, as `settings`
-  asks. FP8 (attention projections under nvfp4_attention_precision=fp8): TE's current-scaling dense alone.
+  quantizer's statistics of the bf16 operands TE quantizes), the audit (nvfp4_audit_interval: TE's quantizers,
+  MaxText.backends.te_quantize, against ours) and the forward-only switch around it, as `settings` asks. FP8 (attention projections under nvfp4_attention_precision=fp8): TE's current-scaling dense alone.
   """
   # pylint: disable-next=import-outside-toplevel  # optional heavy dependency: TE, only where a TE module is built
   from transformer_engine.jax import dense as te_dense
@@ -123,7 +123,8 @@ def dot_general_cls(precision: Precision, settings: Settings) -> type:
 
       if not is_nvfp4:
         return te_path(lhs, rhs, quantizer_set)
-      state, sinks = pipeline.stages_of(self, settings, guard=settings.nonfinite_check)
+      state, sinks = pipeline.stages_of(self, settings, guard=settings.nonfinite_check,
+                                        candidate=te_quantize.candidate(settings.recipe))
       bf16 = unquantized(dimension_numbers, out_dtype)
       gemm = pipeline.inner(Core.from_vjp(te_path), state, bf16, dimension_numbers)
       return pipeline.outer(gemm, state, bf16)(lhs, rhs, (quantizer_set, sinks))

@@ -123,7 +123,7 @@ def _from_records(
       info=info,
       eval_batches=dict(eval_batches or {}),
       quant_stats={int(s): stats for s in steps if (stats := {k: _as_float(v) for k, v in train[s].items()
-                                                          if k.startswith(QUANT_STATS_PREFIX)})},
+                                                          if artifacts.parse_stat_name(k) is not None})},
   )
 
 

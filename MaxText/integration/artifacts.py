@@ -17,8 +17,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from MaxText.precision.keys import PluginKeys
 
-__all__ = ["CHANGES_FILE", "PLAN_FILE", "RECORD_FILE", "STATS_PREFIX", "Flops", "GemmEntry", "Plan", "RecipeRecord",
-           "RunRecord", "StatName", "SwitchesRecord", "parse_stat_name", "stat_name"]
+__all__ = ["AUDIT_PREFIX", "CHANGES_FILE", "PLAN_FILE", "RECORD_FILE", "STATS_PREFIX", "Flops", "GemmEntry", "Plan", "RecipeRecord",
+           "RunRecord", "StatName", "SwitchesRecord", "audit_name", "parse_stat_name", "stat_name"]
 
 PLAN_FILE = "precision_plan.json"
 RECORD_FILE = "nvfp4_run.json"
@@ -102,6 +102,15 @@ class StatName(_Model):
 def stat_name(layer: int, gemm: str, operand: str, stat: str) -> str:
   """The metric name of one statistic (parse_stat_name inverts it)."""
   return f"{STATS_PREFIX}layer_{layer:02d}/{gemm}/{operand}/{stat}"
+
+
+#: Every audit count's metric name starts with it: `nvfp4/audit/layer_03/mlp/wo/dgrad_dy/codes`.
+AUDIT_PREFIX = "nvfp4/audit/"
+
+
+def audit_name(layer: int, gemm: str, operand: str, column: str) -> str:
+  """The metric name of one audit count: mismatching codes, scales or amax of one operand of one GEMM."""
+  return f"{AUDIT_PREFIX}layer_{layer:02d}/{gemm}/{operand}/{column}"
 
 
 def parse_stat_name(name: str) -> StatName | None:

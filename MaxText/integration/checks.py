@@ -30,7 +30,8 @@ def check(config: Any, settings: Settings, env: environment.Environment | None =
 
   `env` is what the backend choice is made against (default: `environment.current()`, asked only for NVFP4 modes).
   """
-  _check_stats(config, settings)
+  _check_periodic(config, settings, "nvfp4_stats_interval", settings.stats_interval, "the statistics describe")
+  _check_periodic(config, settings, "nvfp4_audit_interval", settings.audit_interval, "the audit compares")
   if not settings.nvfp4:
     return
   mode = settings.quantization
@@ -54,27 +55,26 @@ def check(config: Any, settings: Settings, env: environment.Environment | None =
     raise ValueError(errors[0] + (f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""))
 
 
-def _check_stats(config: Any, settings: Settings) -> None:
-  """nvfp4_stats_interval: not negative; only where NVFP4 GEMMs run and maxtext hands the statistics back."""
-  interval = settings.stats_interval
+def _check_periodic(config: Any, settings: Settings, key: str, interval: int, what: str) -> None:
+  """nvfp4_stats_interval / nvfp4_audit_interval: not negative; only where NVFP4 GEMMs run and maxtext hands the
+  measurement back (the `_overwrite_with_gradient` route: no gradient accumulation loop, no pipeline)."""
   if interval < 0:
-    raise ValueError(f"nvfp4_stats_interval={interval} is negative; use 0 (off) or N >= 1 (every N steps).")
+    raise ValueError(f"{key}={interval} is negative; use 0 (off) or N >= 1 (every N steps).")
   if not interval:
     return
   if not settings.nvfp4:
-    raise ValueError(f"nvfp4_stats_interval={interval} with quantization={settings.quantization!r}: the "
-                     "statistics describe NVFP4 GEMMs; use quantization=te_nvfp4 or te_nvfp4_no_rht, or "
-                     "nvfp4_stats_interval=0.")
+    raise ValueError(f"{key}={interval} with quantization={settings.quantization!r}: {what} NVFP4 GEMMs; use "
+                     f"quantization=te_nvfp4 or te_nvfp4_no_rht, or {key}=0.")
   if settings.mlp is not Precision.NVFP4:
-    raise ValueError(f"nvfp4_stats_interval={interval} with nvfp4_mlp_precision=bf16: no GEMM is NVFP4, so "
-                     "there is nothing to measure; set nvfp4_stats_interval=0 for the BF16 baseline.")
+    raise ValueError(f"{key}={interval} with nvfp4_mlp_precision=bf16: no GEMM is NVFP4, so there is nothing to "
+                     f"measure; set {key}=0 for the BF16 baseline.")
   if int(getattr(config, "gradient_accumulation_steps", 1) or 1) > 1:
-    raise ValueError(f"nvfp4_stats_interval={interval} with gradient_accumulation_steps="
-                     f"{config.gradient_accumulation_steps}: maxtext's accumulation loop does not hand the "
-                     "statistics back; set gradient_accumulation_steps=1 for the statistics run.")
+    raise ValueError(f"{key}={interval} with gradient_accumulation_steps={config.gradient_accumulation_steps}: "
+                     f"maxtext's accumulation loop does not hand the measurement back; set "
+                     f"gradient_accumulation_steps=1, or {key}=0.")
   if getattr(config, "using_pipeline_parallelism", False):
-    raise ValueError(f"nvfp4_stats_interval={interval} is not supported with pipeline parallelism "
-                     "(ici/dcn_pipeline_parallelism > 1); set nvfp4_stats_interval=0 or drop the pipeline.")
+    raise ValueError(f"{key}={interval} is not supported with pipeline parallelism "
+                     f"(ici/dcn_pipeline_parallelism > 1); set {key}=0 or drop the pipeline.")
 
 
 def _check_bf16_layers_and_steps(config: Any, settings: Settings) -> None:

@@ -27,7 +27,7 @@ from typing import Any
 from etils import epath
 
 from MaxText.precision.modes import NVFP4_MODES
-from MaxText.integration import artifacts
+from MaxText.integration import artifacts, audit
 from MaxText.integration.settings import settings_of
 
 _LOG = logging.getLogger(__name__)
@@ -105,3 +105,4 @@ def training_run(config: Any) -> Iterator[None]:
     yield
   finally:
     _run_dir.reset(token)
+  audit.raise_pending()  # nvfp4_audit_action=stop on the last step: the loop has returned, its checkpoints are written

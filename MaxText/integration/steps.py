@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 
 from MaxText.backends.flags import step_scope
+from MaxText.integration import audit
 from MaxText.integration.telemetry import stats_metrics
 from MaxText.precision.modes import is_nvfp4
 from MaxText.integration.settings import settings_of
@@ -78,7 +79,8 @@ def _with_stats_metrics(out: Any, config: Any) -> Any:
 
 
 def wrap_iteration(iteration: Callable[..., Any]) -> Callable[..., Any]:
-  """Wraps maxtext's `training_loop_iteration` (host side, once per step) to log a switch step when reached.
+  """Wraps maxtext's `training_loop_iteration` (host side, once per step) to log a switch step when reached, and to
+  end the run on a recorded audit mismatch under nvfp4_audit_action=stop (MaxText.integration.audit).
 
   Host side on purpose: a `jax.debug.callback` in the step would block ahead-of-time lowering for another
   platform (train_compile, our CUDA lowering tests) and add a host round trip per step.
@@ -90,6 +92,7 @@ def wrap_iteration(iteration: Callable[..., Any]) -> Callable[..., Any]:
     bound = signature.bind(*args, **kwargs).arguments
     config = bound["immutable_data"].get("config")
     if is_nvfp4(getattr(config, "quantization", None)):  # once per step, host side: other modes pay nothing
+      audit.raise_pending(bound["python_vars"].get("checkpoint_manager"))  # nvfp4_audit_action=stop
       _log_when_reached(settings_of(config), int(bound["python_vars"]["step"]))
     return iteration(*args, **kwargs)
 

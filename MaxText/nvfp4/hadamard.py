@@ -19,10 +19,10 @@ from MaxText.nvfp4.formats import BLOCK_SIZE
 RHT_SIGNS = np.array([1, 1, 1, -1, 1, -1, -1, -1, -1, -1, -1, 1, -1, 1, -1, -1], np.float32)
 
 
-def rht_matrix() -> np.ndarray:
-  """R = diag(RHT_SIGNS) @ H16 / 4 as float32; entries are exactly +-0.25."""
+def rht_matrix(signs: np.ndarray = RHT_SIGNS) -> np.ndarray:
+  """R = diag(signs) @ H16 / 4 as float32 (TE's signs by default); entries are exactly +-0.25."""
   h16 = scipy.linalg.hadamard(BLOCK_SIZE).astype(np.float32)
-  return (RHT_SIGNS[:, None] * h16) / np.float32(4.0)
+  return (np.asarray(signs, np.float32)[:, None] * h16) / np.float32(4.0)
 
 
 def _apply_runs(x: jax.Array, matrix: np.ndarray, axis: int = -1) -> jax.Array:
@@ -57,17 +57,18 @@ def _apply_runs(x: jax.Array, matrix: np.ndarray, axis: int = -1) -> jax.Array:
   return y.reshape(x.shape)
 
 
-def rht(x: jax.Array, axis: int = -1) -> jax.Array:
+def rht(x: jax.Array, axis: int = -1, signs: np.ndarray = RHT_SIGNS) -> jax.Array:
   """Forward RHT along `axis`, as TE's wgrad operands see it: f32 accumulation, bf16 result.
 
   Args:
     x: float array whose `axis` is a multiple of 16 (checked by the caller).
     axis: the axis the 16-element runs lie along; rht(x, 0) == rht(x.T).T for a matrix.
+    signs: the sign vector (TE's; another one only to model a faulty transform, MaxText.selfcheck).
 
   Returns:
     bfloat16 array of x's shape (round-to-nearest-even of the f32 result).
   """
-  y = _apply_runs(x, rht_matrix(), axis)
+  y = _apply_runs(x, rht_matrix(signs), axis)
   # An exact-zero sum is +0 in TE's MMA (its accumulator starts at +0 and +0 + -0 = +0), whatever the
   # signs of the zero terms.
   return jnp.where(y == 0, np.float32(0.0), y).astype(jnp.bfloat16)

@@ -27,6 +27,7 @@ Special values (stated here because TE's kernels are not all alike on them, and 
 
 import dataclasses
 import enum
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -222,17 +223,22 @@ def quantize(
 
 
 def _encode(
-    x: jax.Array, scaling: Scaling, rht: bool, axis: int
+    x: jax.Array, scaling: Scaling, rht: bool, axis: int, *, rht_signs: np.ndarray = hadamard.RHT_SIGNS,
+    to_e4m3: Callable[[jax.Array], jax.Array] = to_e4m3_satfinite, amax: jax.Array | None = None,
 ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
   """Everything of quantize before the element rounding: (y on the E2M1 scale, blocked; e4m3 scales, blocked;
-  block amaxes, blocked; global amax). 1D blocks run along `axis` (normalized), in place."""
+  block amaxes, blocked; global amax). 1D blocks run along `axis` (normalized), in place.
+
+  `rht_signs` and `to_e4m3` are TE's by default; the self-check's faulty quantizers (its proof that it can fail)
+  swap one of them. `amax` replaces the tensor's amax (the in-training audit quantizes with the amax TE used, which
+  TE takes per data shard: MaxText.nvfp4.audit); nothing else passes these."""
   if rht:
-    x = hadamard.rht(x, axis)  # bf16, as TE's RHT kernel writes it; the amax is the post-RHT amax.
+    x = hadamard.rht(x, axis, rht_signs)  # bf16, as TE's RHT kernel writes it; the amax is the post-RHT amax.
   blocks, block_axes = _blocked(x, scaling, axis)
   bamax = block_amax(blocks, block_axes)  # a NaN block -> FLT_MAX -> scale 448
-  amax = global_amax(x, bamax)
+  amax = global_amax(x, bamax) if amax is None else amax
   s_enc, s_dec = tensor_scales(amax)
-  s8 = to_e4m3_satfinite(fmin_flt_max(bamax * (s_enc * ONE_SIXTH)))
+  s8 = to_e4m3(fmin_flt_max(bamax * (s_enc * ONE_SIXTH)))
   enc = fmin_flt_max(np.float32(1.0) / (s8.astype(jnp.float32) * s_dec))  # s8 == 0 -> FLT_MAX
   return _scale_elements(blocks, enc), s8, bamax, amax
 

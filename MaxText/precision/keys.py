@@ -12,7 +12,7 @@ from __future__ import annotations
 import pydantic
 from pydantic import Field
 
-from MaxText.precision.modes import AttentionPrecision, Backend, MlpPrecision, MoeExperts
+from MaxText.precision.modes import AttentionPrecision, AuditAction, Backend, MlpPrecision, MoeExperts
 
 __all__ = ["PluginKeys"]
 
@@ -68,6 +68,20 @@ class PluginKeys(pydantic.BaseModel):
       description="Every N training steps (step 0 included), each NVFP4 GEMM reports amax, underflow, relative error"
       " and subnormal block scales of every operand it quantizes as maxtext metrics named nvfp4/layer_XX/...;"
       " 0: off (the program is the one without statistics). Losses are the same either way.",
+  )
+
+  nvfp4_audit_interval: int = Field(
+      0,
+      description="Every N training steps (step 0 included), each NVFP4 GEMM also quantizes its operands with the"
+      " plugin's bit-exact quantizer and compares them with the backend's (TE's kernels on the TE backend; the"
+      " emulated backend compares its quantizer with itself, always 0): mismatching codes, block scales and amax per"
+      " layer, GEMM and operand as maxtext metrics named nvfp4/audit/layer_XX/...; dY's stochastically rounded codes"
+      " are checked to be one of their two E2M1 neighbours. 0: off. Losses are the same either way.",
+  )
+  nvfp4_audit_action: AuditAction = Field(
+      AuditAction.WARN,
+      description="What an audit mismatch does: 'warn' (one line naming the first mismatch; training goes on) or"
+      " 'stop' (the run ends with an error after the step's checkpoint policy has run).",
   )
 
   nvfp4_bf16_first_layers: int = Field(

@@ -6,7 +6,8 @@ from __future__ import annotations
 import enum
 from typing import Any
 
-__all__ = ["NVFP4_MODES", "AttentionPrecision", "Backend", "MlpPrecision", "MoeExperts", "is_nvfp4", "plain"]
+__all__ = ["NVFP4_MODES", "AttentionPrecision", "AuditAction", "Backend", "MlpPrecision", "MoeExperts", "is_nvfp4",
+           "plain"]
 
 # The `quantization=` values this plugin serves. maxtext's own `QuantizationType` enum already lists both, so
 # no maxtext edit is needed for them to pass validation; the plugin takes over what they do at model creation.
@@ -70,3 +71,14 @@ class MoeExperts(str, enum.Enum):
 
   NVFP4 = "nvfp4"
   BF16 = "bf16"
+
+
+class AuditAction(str, enum.Enum):
+  """What an NVFP4 audit mismatch (nvfp4_audit_interval) does to the run.
+
+  WARN: one line naming the first mismatching layer, GEMM, operand and count; training goes on.
+  STOP: the run ends with a clear error once the step's checkpoint policy has run (nothing is lost).
+  """
+
+  WARN = "warn"
+  STOP = "stop"

@@ -15,7 +15,7 @@ from typing import Any
 
 from MaxText.nvfp4.gemm import GemmRecipe
 from MaxText.precision.keys import PluginKeys
-from MaxText.precision.modes import NVFP4_MODES, Backend, plain
+from MaxText.precision.modes import NVFP4_MODES, AuditAction, Backend, plain
 from MaxText.precision.policy import Precision, PrecisionPolicy
 from MaxText.precision.switches import Switches
 
@@ -37,6 +37,7 @@ class Settings:
   switches: the BF16 layers and steps, with the decoder layer count.
   nonfinite_check: the TE backend's NaN/Inf guard (nvfp4_nonfinite_check).
   stats_interval: per-GEMM operand statistics every N steps, 0 off (nvfp4_stats_interval).
+  audit_interval, audit_action: the in-training audit of the backend's quantized operands (nvfp4_audit_*).
   record: every nvfp4_* key with its plain value, plus quantization: what a run directory records.
   """
 
@@ -49,6 +50,8 @@ class Settings:
   switches: Switches
   nonfinite_check: bool
   stats_interval: int
+  audit_interval: int
+  audit_action: AuditAction
   record: tuple[tuple[str, Any], ...]
 
   @property
@@ -71,13 +74,21 @@ class Settings:
     return self.moe_experts is Precision.BF16
 
   def is_stats_step(self, step: Any) -> Any:
-    """Whether training step `step` measures the per-GEMM statistics: every stats_interval-th step (0 included),
-    before nvfp4_bf16_from_step (from that step on every GEMM runs in BF16 and quantizes nothing, the switch step
-    itself included). `step` is a Python int (the host: which records carry statistics) or a traced integer (the
-    train step: which steps measure); one rule for both. False for any step when statistics are off."""
-    if not self.stats_interval:
+    """Whether training step `step` measures the per-GEMM statistics (`every`'s rule for nvfp4_stats_interval)."""
+    return self.every(self.stats_interval, step)
+
+  def is_audit_step(self, step: Any) -> Any:
+    """Whether training step `step` audits the backend's quantized operands (`every`'s rule, nvfp4_audit_interval)."""
+    return self.every(self.audit_interval, step)
+
+  def every(self, interval: int, step: Any) -> Any:
+    """The rule of every periodic measurement: every `interval`-th step (0 included), before nvfp4_bf16_from_step
+    (from that step on every GEMM runs in BF16 and quantizes nothing, the switch step itself included). `step` is a
+    Python int (the host: which records carry the measurement) or a traced integer (the train step: which steps
+    measure); one rule for both. False for any step when `interval` is 0 (off)."""
+    if not interval:
       return False
-    measures = step % self.stats_interval == 0
+    measures = step % interval == 0
     if self.switches.from_step is not None:
       measures = measures & (step < self.switches.from_step)
     return measures
@@ -102,6 +113,8 @@ class Settings:
                           from_step=keys.nvfp4_bf16_from_step, forward_from_step=keys.nvfp4_bf16_forward_from_step),
         nonfinite_check=bool(keys.nvfp4_nonfinite_check),
         stats_interval=int(keys.nvfp4_stats_interval),
+        audit_interval=int(keys.nvfp4_audit_interval),
+        audit_action=AuditAction(plain(keys.nvfp4_audit_action)),
         record=record + (("quantization", mode),),
     )
 

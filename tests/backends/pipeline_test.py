@@ -1,5 +1,6 @@
 # Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
-"""Per-GEMM operand statistics in the emulated GEMM module: gradients unchanged, statistics out as a gradient."""
+"""The pipeline's taps in the emulated GEMM module: per-GEMM operand statistics and the audit, out as a gradient of
+their variables, the GEMM's own gradients unchanged."""
 
 from __future__ import annotations
 
@@ -11,7 +12,11 @@ import pytest
 from MaxText.backends import flags
 from MaxText.backends.emulated import Nvfp4DotGeneral
 from MaxText.backends.pipeline import OVERWRITE_COLLECTION as STATS_COLLECTION
-from MaxText.backends.pipeline import STATS_NAME
+from MaxText.backends import pipeline, stages
+from MaxText.backends.pipeline import AUDIT_NAME, STATS_NAME
+from MaxText.nvfp4 import audit
+from MaxText.nvfp4.gemm import GemmRecipe, as_matrices, nvfp4_dot_general
+from MaxText.selfcheck.candidates import FAULTS, Emulator
 from MaxText.nvfp4.stats import GEMM_OPERANDS, STAT_NAMES
 from tests.nvfp4.stats_test import _oracle
 from tests.helpers import settings
@@ -85,3 +90,46 @@ def test_statistics_step_reports_every_operand_as_the_oracle_measures_it():
 def test_other_steps_keep_the_previous_statistics_and_compute_none():
   *_, stats = _run(2, step=3, sink_value=7.0)
   np.testing.assert_array_equal(np.asarray(stats), 7.0)
+
+
+def _audit_module(step: int, interval: int, previous: float) -> np.ndarray:
+  """The emulated module's audit variable's gradient after one GEMM call at `step`."""
+  x, w, dy = _operands()
+  module = Nvfp4DotGeneral(settings=settings(audit_interval=interval))
+  rngs = {"params": jax.random.key(1), "dropout": jax.random.key(2)}
+  variables = module.init(rngs, x, w, _DIMS)
+  sink = jnp.full_like(variables[STATS_COLLECTION][AUDIT_NAME], previous)
+
+  def apply(x, w, sink):
+    with flags.step_scope(jnp.int32(step)):
+      return module.apply({**variables, STATS_COLLECTION: {AUDIT_NAME: sink}}, x, w, _DIMS, rngs=rngs,
+                          mutable=["aqt"])[0]
+
+  return np.asarray(jax.vjp(apply, x, w, sink)[1](dy)[2])
+
+
+def _audit_tap(candidate) -> np.ndarray:
+  """The audit tap (pipeline.auditing) around the emulated GEMM with `candidate` as the backend's quantizer: the
+  audit array its sink's gradient carries on an audit step."""
+  x, w, dy = _operands()
+  recipe = GemmRecipe()
+
+  def loss(sink):
+    gemm = stages.tap(lambda a, b, key: nvfp4_dot_general(a, b, _DIMS, key=key, recipe=recipe),
+                      pipeline.auditing(recipe, candidate), lambda a, b: as_matrices(a, b, _DIMS), sink,
+                      jnp.bool_(True))
+    return jnp.sum(gemm(x, w, jax.random.key(3)).astype(jnp.float32) * dy.astype(jnp.float32))
+
+  return np.asarray(jax.grad(loss)(pipeline.empty_audit()))
+
+
+def test_the_audit_of_the_emulated_backend_finds_nothing_and_a_faulty_quantizer_is_found():
+  clean = _audit_module(step=0, interval=1, previous=0.0)
+  assert clean.shape == (len(GEMM_OPERANDS), len(audit.COLUMNS)) and not clean.any()
+  np.testing.assert_array_equal(_audit_module(step=1, interval=2, previous=5.0), 5.0)  # not an audit step: kept
+  assert not _audit_tap(audit.emulated).any()
+  fault = FAULTS["code-round"]
+  faulty = _audit_tap(lambda t, op: Emulator(fault).quantize(t, op, jax.random.key(0)))
+  row = GEMM_OPERANDS.index(fault.operand)
+  assert faulty[row, audit.COLUMNS.index("codes")] > 0 and faulty[row, audit.COLUMNS.index("scales")] == 0
+  assert not np.delete(faulty, row, axis=0).any()  # only the faulty operand's row

@@ -1,0 +1,133 @@
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
+"""The quantizer and GEMM under test, and the faults that prove the checks can fail.
+
+A candidate quantizes a 2-D bf16 tensor as one GEMM operand (MaxText.nvfp4.audit.Operand) into (codes, scales,
+amax) as bits in the operand's blocked orientation, and runs the three GEMMs of y = x W (fprop, dgrad, wgrad) with
+stochastic rounding off. TransformerEngine's is the candidate on a Blackwell node (MaxText.backends.te_quantize); the
+emulator is the candidate anywhere else, where the checks then hold the emulator against itself and an independent
+float64 reference, and the one `--with-fault` corrupts: a fault is a known bug in one step of one operand's
+quantization, so the check must fail, naming that operand.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from MaxText.nvfp4 import audit, hadamard
+from MaxText.nvfp4.formats import E2M1_MAX, E4M3, E4M3_MAX, e2m1_codes, e2m1_grid_step, to_e4m3_satfinite
+from MaxText.nvfp4.gemm import GemmRecipe, nvfp4_dot_general
+from MaxText.nvfp4.rounding import random_bits, stochastic_round_to_grid
+
+__all__ = ["FAULTS", "Candidate", "Emulator", "Fault", "TransformerEngine"]
+
+_NN = (((1,), (0,)), ((), ()))
+
+
+class Candidate(Protocol):
+  """What the checks hold against the bit-exact emulator."""
+
+  name: str
+
+  def quantize(self, tensor: jax.Array, operand: audit.Operand, key: jax.Array) -> tuple[jax.Array, jax.Array,
+                                                                                         jax.Array]:
+    """(codes, scales, amax) of `tensor` as `operand`; `key` seeds a stochastic rounding draw."""
+
+  def gemms(self, x: jax.Array, w: jax.Array, dy: jax.Array, recipe: GemmRecipe) -> tuple[jax.Array, ...]:
+    """(y, dx, dW) of y = x W for the output gradient dy, the recipe's quantization with stochastic rounding off."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Fault:
+  """A known bug in one step of one operand's quantization."""
+
+  name: str
+  operand: str  # the GEMM operand it corrupts (MaxText.nvfp4.stats.GEMM_OPERANDS)
+  what: str
+
+
+def _e4m3_up(v: jax.Array) -> jax.Array:
+  """E4M3 rounded up instead of to nearest-even (the scale-round fault)."""
+  nearest = to_e4m3_satfinite(v)
+  bits = jax.lax.bitcast_convert_type(nearest, jnp.uint8)
+  up = jax.lax.bitcast_convert_type(bits + jnp.uint8(1), E4M3)
+  return jnp.where((nearest.astype(jnp.float32) < v) & (nearest.astype(jnp.float32) < E4M3_MAX), up, nearest)
+
+
+def _codes_toward_zero(y: jax.Array) -> jax.Array:
+  """E2M1 codes rounded toward zero instead of to nearest-even (the code-round fault)."""
+  a = jnp.minimum(jnp.abs(y), E2M1_MAX)
+  step = e2m1_grid_step(a)
+  return e2m1_codes(jnp.copysign(jnp.floor(a / step) * step, y))
+
+
+#: The faults `--with-fault` can inject, each into one operand's quantization.
+FAULTS: dict[str, Fault] = {f.name: f for f in (
+    Fault("scale-round", "fprop_w", "E4M3 block scales rounded up instead of to nearest-even"),
+    Fault("code-round", "fprop_x", "E2M1 element codes rounded toward zero instead of to nearest-even"),
+    Fault("rht-sign", "wgrad_x", "one sign of the random Hadamard transform flipped"),
+    Fault("sr-bias", "dgrad_dy", "stochastic rounding's random bits shifted up by 1/16 of a grid step"),
+)}
+_FLIPPED = hadamard.RHT_SIGNS * np.where(np.arange(len(hadamard.RHT_SIGNS)) == 5, -1, 1).astype(np.float32)
+_SR_SHIFT = 16  # of 256: 1/16 of a step
+
+
+@dataclasses.dataclass(frozen=True)
+class Emulator:
+  """The bit-exact emulator (MaxText.nvfp4) as the candidate, with at most one fault."""
+
+  fault: Fault | None = None
+
+  @property
+  def name(self) -> str:
+    return "emulator" + (f" with fault {self.fault.name}" if self.fault else "")
+
+  def quantize(self, tensor: jax.Array, operand: audit.Operand, key: jax.Array) -> tuple[jax.Array, jax.Array,
+                                                                                         jax.Array]:
+    faulty = self.fault is not None and self.fault.operand == operand.name
+    if not faulty:
+      return audit.emulated(tensor, operand, key)
+    steps: dict[str, Callable[..., Any]] = {"scale-round": lambda: audit.encode(tensor, operand, to_e4m3=_e4m3_up),
+                                            "code-round": lambda: audit.encode(tensor, operand,
+                                                                               codes=_codes_toward_zero),
+                                            "rht-sign": lambda: audit.encode(tensor, operand, rht_signs=_FLIPPED)}
+    if self.fault.name in steps:
+      encoded = steps[self.fault.name]()
+      return encoded.codes, encoded.scales, encoded.amax
+    encoded = audit.encode(tensor, operand)  # sr-bias
+    bits = jnp.minimum(random_bits(key, encoded.scaled.shape).astype(jnp.int32) + _SR_SHIFT, 255).astype(jnp.uint8)
+    return e2m1_codes(stochastic_round_to_grid(encoded.scaled, bits)), encoded.scales, encoded.amax
+
+  def gemms(self, x: jax.Array, w: jax.Array, dy: jax.Array, recipe: GemmRecipe) -> tuple[jax.Array, ...]:
+    recipe = dataclasses.replace(recipe, stochastic_rounding=False)
+    y, pullback = jax.vjp(lambda a, b: nvfp4_dot_general(a, b, _NN, key=None, recipe=recipe), x, w)
+    return (y, *pullback(dy))
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformerEngine:
+  """TransformerEngine's NVFP4 quantizers and dense GEMM as the candidate (MaxText.backends.te_quantize): runs on a
+  GPU where TE runs NVFP4 (Blackwell), compiles for one anywhere (--compile-only)."""
+
+  recipe: GemmRecipe
+  name: str = "TransformerEngine"
+
+  def quantize(self, tensor: jax.Array, operand: audit.Operand, key: jax.Array) -> tuple[jax.Array, jax.Array,
+                                                                                         jax.Array]:
+    # pylint: disable-next=import-outside-toplevel  # TE's quantizers: only where this candidate is chosen
+    from MaxText.backends import te_quantize
+
+    return te_quantize.candidate(self.recipe)(tensor, operand, key)
+
+  def gemms(self, x: jax.Array, w: jax.Array, dy: jax.Array, recipe: GemmRecipe) -> tuple[jax.Array, ...]:
+    # pylint: disable-next=import-outside-toplevel  # TE's quantizers: only where this candidate is chosen
+    from MaxText.backends import te_quantize
+
+    quantizers = te_quantize.quantizer_set(dataclasses.replace(recipe, stochastic_rounding=False), None)
+    y, pullback = jax.vjp(lambda a, b: te_quantize.dense(a, b, quantizers), x, w)
+    return (y, *pullback(dy))

@@ -1,0 +1,182 @@
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
+"""The self-check's two runs: on this node (the checks, with TE where it runs NVFP4), and compile-only for a Blackwell
+GPU that is not here. Each returns (rows, facts): the report's rows and the lines that say what ran where."""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from MaxText.backends import environment
+from MaxText.integration.settings import settings_of
+from MaxText.integration.shapes import gemm_dims
+from MaxText.nvfp4 import audit
+from MaxText.nvfp4.gemm import GemmRecipe, nvfp4_dot_general
+from MaxText.precision.modes import Backend
+from MaxText.preflight import kernels as kernels_lib
+from MaxText.preflight.classify import Math
+from MaxText.selfcheck import checks
+from MaxText.selfcheck.candidates import Candidate, Emulator, Fault, TransformerEngine
+
+__all__ = ["BadInput", "compile_only", "on_this_node", "shapes_of"]
+
+PROG = "MaxText.selfcheck"
+_NN = (((1,), (0,)), ((), ()))
+
+
+class BadInput(ValueError):
+  """A config or an option the self-check cannot check (the entry point prints it in one line, exit 2)."""
+
+
+def _fail(line: str) -> None:
+  raise BadInput(line)
+
+
+def shapes_of(config: Any) -> tuple[list[checks.Shape], Any]:
+  """The run's distinct per-device MLP GEMM shapes (train phase) and its settings; bad input is one line, exit 2."""
+  settings = settings_of(config)
+  if not settings.nvfp4:
+    _fail(f"quantization={settings.quantization or 'none'}: the self-check needs an NVFP4 mode (te_nvfp4 or "
+          "te_nvfp4_no_rht)")
+  by_shape: dict[tuple[int, int, int], list[str]] = collections.defaultdict(list)
+  for d in gemm_dims(config, settings):
+    if d.phase == "train":
+      by_shape[(d.m, d.k, d.n)].append(d.module)
+  if not by_shape:
+    _fail("nvfp4_mlp_precision=bf16: no MLP GEMM runs in NVFP4, so there is nothing to check")
+  return [checks.Shape(m, k, n, tuple(modules)) for (m, k, n), modules in by_shape.items()], settings
+
+
+def _load(config_path: str, overrides: Sequence[str]) -> Any:
+  """maxtext's config as MaxText.train loads it (the plugin registered by the entry point)."""
+  # pylint: disable-next=import-outside-toplevel  # maxtext: after register(), as MaxText.train imports it
+  from maxtext.configs import pyconfig
+
+  given = {o.split("=", 1)[0] for o in overrides}
+  defaults = [f"{k}={v}" for k, v in (("run_name", "selfcheck"), ("base_output_directory", "/tmp/maxtext-selfcheck"))
+              if k not in given]
+  return pyconfig.initialize([PROG, config_path, *defaults, *overrides])
+
+
+def _fp4_gemm_runs(found: list[kernels_lib.Kernel]) -> int:
+  return sum(k.runs for k in found if k.work.math is Math.FP4_GEMM)
+
+
+def _step_result(found: list[kernels_lib.Kernel], shapes: Sequence[checks.Shape], settings: Any, where: str
+                 ) -> checks.Result:
+  """The compiled step has FP4 GEMMs in every NVFP4 layer: per step at least 3 (fprop, dgrad, wgrad) per NVFP4 MLP
+  GEMM module per NVFP4 decoder layer (kernels in the layer loop run once per layer)."""
+  switches = settings.switches
+  nvfp4_layers = sum(not switches.bf16_layer(i) for i in range(switches.num_layers))
+  modules = sum(len(s.modules) for s in shapes)
+  expected = 3 * modules * nvfp4_layers
+  runs = _fp4_gemm_runs(found)
+  detail = (f"{runs} FP4 GEMM runs per step in the program compiled {where}; the run's NVFP4 MLP GEMMs need "
+            f"{expected} (3 x {modules} GEMMs x {nvfp4_layers} NVFP4 layers)")
+  return checks.Result("step", "train step", runs >= expected and runs > 0, detail,
+                       {"fp4_gemm_runs": runs, "expected_at_least": expected})
+
+
+def _speed_gemms(candidate: Candidate, recipe: GemmRecipe, te_imports: bool) -> dict[str, Callable[..., Any]]:
+  """Each precision's GEMM y = x W for the speed check: the candidate's NVFP4 (TE's dense, or the emulation), TE's FP8
+  current scaling where TE imports, and the BF16 GEMM."""
+  key = jax.random.key(0)
+  if isinstance(candidate, TransformerEngine):
+    # pylint: disable-next=import-outside-toplevel  # TE: only where this candidate is chosen
+    from MaxText.backends import te_quantize
+
+    nvfp4 = te_quantize.quantizer_set(recipe, key)
+    gemms = {"nvfp4": lambda x, w: te_quantize.dense(x, w, nvfp4)}
+  else:
+    gemms = {"nvfp4": lambda x, w: nvfp4_dot_general(x, w, _NN, key=key, recipe=recipe)}
+  if te_imports:
+    # pylint: disable-next=import-outside-toplevel  # TE: only where it imports
+    from transformer_engine.jax.quantize import QuantizerFactory, ScalingMode
+
+    fp8 = QuantizerFactory.create_set(scaling_mode=ScalingMode.CURRENT_TENSOR_SCALING, fwd_dtype=jnp.float8_e4m3fn,
+                                      bwd_dtype=jnp.float8_e5m2)
+    from MaxText.backends import te_quantize  # pylint: disable=import-outside-toplevel  # TE, as above
+
+    gemms["fp8"] = lambda x, w: te_quantize.dense(x, w, fp8)
+  gemms["bf16"] = lambda x, w: jnp.dot(x, w, preferred_element_type=jnp.float32).astype(x.dtype)
+  return gemms
+
+
+def on_this_node(config_path: str, overrides: Sequence[str], fault: Fault | None, draws: int, repeats: int
+                 ) -> tuple[list[checks.Result], list[str]]:
+  """Every check on this node's devices: TE as the candidate where it runs NVFP4, else the emulator."""
+  config = _load(config_path, overrides)
+  shapes, settings = shapes_of(config)
+  recipe = settings.recipe
+  env = environment.current()
+  reason = environment.te_unavailable_reason(env)
+  devices = jax.devices()
+  te_runs = reason is None and fault is None
+  candidate: Candidate = TransformerEngine(recipe) if te_runs else Emulator(fault)
+  facts = [f"{PROG}: {config_path} {' '.join(overrides)}".rstrip(),
+           f"  devices: {len(devices)} x {devices[0].device_kind} ({devices[0].platform})",
+           f"  candidate: {candidate.name}" + ("" if te_runs else f" (TransformerEngine's NVFP4 not checked here: "
+                                               f"{reason or 'a fault was injected into the emulator'})"),
+           "  per-device MLP GEMMs (x: M x K, W: K x N): " + "; ".join(
+               f"{'/'.join(s.modules)} {s.m}x{s.k}x{s.n}" for s in shapes)]
+  rows = checks.quantization(candidate, shapes, recipe, draws=draws)
+  rows += checks.gemms(candidate, shapes, recipe)
+  if te_runs:
+    # pylint: disable-next=import-outside-toplevel  # maxtext's trainer: only where the step compiles for these GPUs
+    from MaxText.preflight.compile import traced_train_step
+
+    traced, _ = traced_train_step(config, devices)
+    found = kernels_lib.kernels(traced.lower().compile().as_text())
+    rows.append(_step_result(found, shapes, settings, f"for these {len(devices)} GPUs"))
+  else:
+    rows.append(checks.Result("step", "train step", None, f"not run: {reason or 'a fault was injected'}; "
+                              f"`python -m {PROG} CONFIG --compile-only --target b200` compiles it for a Blackwell "
+                              "GPU here (.venv-gpu)"))
+  rows += checks.speed(_speed_gemms(candidate, recipe, env.te_error is None and bool(env.gpu_capabilities)), shapes,
+                       repeats=repeats)
+  return rows, facts
+
+
+def compile_only(config_path: str, overrides: Sequence[str], target: str, devices: int
+                 ) -> tuple[list[checks.Result], list[str]]:
+  """TE's quantize and GEMM programs at the run's shapes and the run's train step, compiled by XLA's GPU compiler for
+  `devices` `target` GPUs on this machine (the pre-flight's machinery; .venv-gpu, no GPU)."""
+  # pylint: disable-next=import-outside-toplevel  # the pre-flight's compile machinery: CUDA jax and TE
+  from MaxText.preflight import __main__ as preflight
+  # pylint: disable-next=import-outside-toplevel  # as above
+  from MaxText.preflight.compile import target_devices
+
+  with environment.answering(preflight.target_environment(target, devices)):
+    config = preflight.load_config(config_path, overrides, devices)
+    shapes, settings = shapes_of(config)
+    if environment.resolve_backend(settings.backend, environment.current()) is not Backend.TE:
+      _fail(f"{config_path}: the run does not use the TE backend on {target} (nvfp4_backend="
+            f"{settings.backend.value}); --compile-only compiles TE's programs")
+    (device,) = target_devices(target, 1)
+    on = jax.sharding.SingleDeviceSharding(device)
+    candidate = TransformerEngine(settings.recipe)
+    rows = []
+    for shape in shapes:
+      spec = {s: jax.ShapeDtypeStruct(shape.of(s), jnp.bfloat16, sharding=on) for s in ("x", "w", "dy")}
+      calls = collections.Counter()
+      for operand in audit.gemm_operands(settings.recipe):
+        compiled = jax.jit(lambda t, op=operand: candidate.quantize(t, op, jax.random.key(0))).lower(
+            spec[operand.source]).compile()
+        calls.update(k.kind for k in kernels_lib.kernels(compiled.as_text()) if k.te)
+      gemms = jax.jit(lambda x, w, dy: candidate.gemms(x, w, dy, settings.recipe)).lower(
+          spec["x"], spec["w"], spec["dy"]).compile()
+      fp4 = [k for k in kernels_lib.kernels(gemms.as_text()) if k.work.math is Math.FP4_GEMM]
+      ok = bool(calls) and len(fp4) == 3
+      rows.append(checks.Result("compile", f"{shape.m}x{shape.k}x{shape.n}", ok,
+                                f"the 5 operands' quantize programs ({dict(calls)}) and fprop/dgrad/wgrad "
+                                f"({len(fp4)} FP4 GEMMs) compiled for {target}", {"te_calls": dict(calls),
+                                                                                 "fp4_gemms": len(fp4)}))
+    found = kernels_lib.kernels(preflight.compile_step(config, target, devices, "the run's train step").as_text())
+    rows.append(_step_result(found, shapes, settings, f"for {devices} x {target}"))
+  facts = [f"{PROG}: {config_path} {' '.join(overrides)} --compile-only --target {target} --devices {devices}",
+           "  compiled by XLA's GPU compiler on this machine; nothing ran (no GPU): numerics and speed need the node"]
+  return rows, facts

@@ -1,0 +1,57 @@
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
+"""`python -m MaxText.selfcheck` on this CPU machine: the emulator is the candidate, every check holds (exit 0), a
+fault fails naming its operand (exit 1), bad input is one line (exit 2); the report as a table and JSON.
+
+Through subprocesses: the command line installs its one-line config-error handler for the whole process."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.helpers import REPO_ROOT, TINY_YML
+
+_SMALL = [str(TINY_YML), "quantization=te_nvfp4", "base_emb_dim=32", "base_mlp_dim=64", "per_device_batch_size=1",
+          "--draws", "4", "--repeats", "1"]
+
+
+def _selfcheck(*args: str) -> subprocess.CompletedProcess:
+  return subprocess.run([sys.executable, "-m", "MaxText.selfcheck", *_SMALL, *args], cwd=REPO_ROOT,
+                        capture_output=True, text=True, timeout=300, check=False)
+
+
+@pytest.mark.slow
+def test_every_check_holds_here_and_says_what_cannot_run(tmp_path):
+  proc = _selfcheck("--json", str(tmp_path / "sc.json"))
+  assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+  assert "candidate: emulator (TransformerEngine's NVFP4 not checked here:" in proc.stdout
+  report = json.loads((tmp_path / "sc.json").read_text())
+  assert report["ok"] and {r["check"] for r in report["results"]} == {"quantization", "gemm", "step", "speed"}
+  step = [r for r in report["results"] if r["check"] == "step"][0]
+  assert step["ok"] is None and "--compile-only --target b200" in step["detail"]
+
+
+@pytest.mark.slow
+def test_a_fault_fails_naming_its_operand():
+  proc = _selfcheck("--with-fault", "rht-sign")
+  lines = [line for line in proc.stderr.splitlines() if line.startswith("MaxText.selfcheck:")]
+  assert proc.returncode == 1 and len(lines) == 1, proc.stderr[-3000:]
+  assert lines[0].startswith("MaxText.selfcheck: mismatch: quantization wgrad_x: mismatching codes"), lines
+  assert "candidate: emulator with fault rht-sign" in proc.stdout
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    (["--with-fault", "nope"], "argument --with-fault: invalid choice: 'nope'"),
+    pytest.param(["--compile-only"], "--compile-only and --target go together", marks=pytest.mark.slow),
+    pytest.param(["quantization=fp8"], "quantization=fp8: the self-check needs an NVFP4 mode", marks=pytest.mark.slow),
+    pytest.param(["nvfp4_mlp_precision=bf16"], "nvfp4_mlp_precision=bf16: no MLP GEMM runs in NVFP4",
+                 marks=pytest.mark.slow),
+    pytest.param(["nvfp4_backend=bogus"], "nvfp4_backend='bogus' is not a valid choice", marks=pytest.mark.slow),
+])
+def test_bad_input_is_one_line_and_exit_2(args, expected):
+  proc = _selfcheck(*args)
+  lines = [line for line in proc.stderr.splitlines() if line.startswith("MaxText.selfcheck:")]
+  assert proc.returncode == 2 and len(lines) == 1 and expected in lines[0], proc.stderr[-2000:]
