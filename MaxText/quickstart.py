@@ -101,7 +101,7 @@ PRECISIONS = (
 )
 PRECISION_NAMES = tuple(p.name for p in PRECISIONS)
 
-#: `make study` adds the two ways the NVFP4 recipe keeps some GEMMs in BF16 (NVFP4_SPEC.md, README "Edge layers").
+#: `make study` adds the two ways the NVFP4 recipe keeps some GEMMs in BF16 (docs/numerics.md#the-recipe-around-the-gemms, docs/recipe-switches.md).
 STUDY_PRECISIONS = PRECISIONS + (
     Precision(
         name="te_nvfp4_last_bf16",

@@ -26,14 +26,33 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 from MaxText.integration import seam  # pylint: disable=wrong-import-position  # stdlib only: cheap
 from MaxText.integration.cli import one_line_config_errors  # pylint: disable=wrong-import-position  # stdlib only
 
+#: Exit status of a run that nvfp4_audit_action=stop ended (a config error is 2, as maxtext's).
+EXIT_AUDIT_STOP = 1
+
+
 def main(argv: Sequence[str]) -> None:
-  """Registers the plugin, then runs maxtext's pre-training `main(argv)` (argv[0] is the program name)."""
+  """Registers the plugin, then runs maxtext's pre-training `main(argv)` (argv[0] is the program name).
+
+  A run that the NVFP4 audit stopped (nvfp4_audit_action=stop) ends with one line on stderr and exit 1, also where
+  maxtext's GPU context wraps the error ("generator didn't stop after throw()" with ours in its chain).
+  """
   seam.register()
   seam.install_cli_error_handler(one_line_config_errors(argv, "MaxText.train"))
   # pylint: disable-next=import-outside-toplevel  # import cost: as above
   from maxtext.trainers.pre_train import train as maxtext_train
+  # pylint: disable-next=import-outside-toplevel  # import cost: as above
+  from MaxText.integration.audit import AuditMismatch
 
-  maxtext_train.main(argv)
+  try:
+    maxtext_train.main(argv)
+  except Exception as e:  # pylint: disable=broad-exception-caught  # only our audit's stop is shortened
+    cause: BaseException | None = e
+    while cause is not None and not isinstance(cause, AuditMismatch):
+      cause = cause.__cause__ or cause.__context__
+    if cause is None:
+      raise
+    print(f"MaxText.train: stopped by nvfp4_audit_action=stop: {cause}", file=sys.stderr)
+    sys.exit(EXIT_AUDIT_STOP)
 
 
 if __name__ == "__main__":

@@ -74,7 +74,7 @@ class ExpertGemms:
 EXPERT_DIMS = (((1,), (0,)), ((), ()))
 _EMULATED = ExpertGemms("MaxText.nvfp4.grouped emulation (per-expert amax)", grouped.grouped_matmul,
                         grouped.batched_expert_matmul, emulated.core)
-#: Why the TE backend has no NVFP4 expert GEMMs (NVFP4_SPEC.md §8).
+#: Why the TE backend has no NVFP4 expert GEMMs (docs/numerics.md#transformerengine-shape-and-hardware-rules).
 TE_MISSING = ("TransformerEngine 2.20.2's JAX grouped GEMM supports BF16, FP8 and MXFP8 only (no NVFP4), and "
               "maxtext's te_moe_block accepts te_mxfp8 or te_no_quant only")
 

@@ -1,7 +1,7 @@
 # Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
 """The comparison maths: loss gaps in nats on aligned steps, step-0 agreement, throughput and speedup.
 
-Conventions (the README repeats them):
+Conventions (docs/comparing-runs.md repeats them):
   * gap = candidate loss - baseline loss, in nats, on the steps both runs logged (missing steps are skipped, never
     interpolated); positive means the candidate is worse.
   * window: steps >= window start. Default start = the end of warm-up, read from the baseline's logged learning

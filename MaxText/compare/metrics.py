@@ -40,8 +40,6 @@ TRAIN_KEYS = (LOSS_KEY, STEP_TIME_KEY, TFLOPS_KEY, TOKENS_KEY, LR_KEY)
 #: File names a metrics_file gets in this project's scripts, tried first when a run dir holds several *.jsonl.
 PREFERRED_JSONL_NAMES = ("metrics.jsonl", "metrics.txt")
 TB_GLOB = "events.out.tfevents.*"
-#: Metric names of the per-GEMM quantization statistics (MaxText.integration.artifacts, as the trainer writes them).
-QUANT_STATS_PREFIX = artifacts.STATS_PREFIX
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -3,7 +3,7 @@
 stats_<run>.png heatmap for every run that logged NVFP4 quantization statistics.
 
 Why a markdown table as the printed output too: the same text goes to the terminal, into report.md and into the
-README, so a number quoted anywhere can be traced to one generator.
+docs, so a number quoted anywhere can be traced to one generator.
 """
 
 from __future__ import annotations

@@ -104,7 +104,7 @@ def verdict(
   if step0.within_tolerance is False:
     text = (
         f"not comparable: step-0 losses differ by {step0.abs_diff:.4f} nats (> {step0.tolerance}), so the runs did "
-        "not start from the same weights or data; give the baseline a quant object (README, Comparing runs)"
+        "not start from the same weights or data; give the baseline a quant object (docs/comparing-runs.md)"
     )
     return Verdict(level=VerdictLevel.NOT_COMPARABLE, basis="none", rel_gap=None, text=text)
   interval = None

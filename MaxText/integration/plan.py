@@ -10,7 +10,6 @@ never a table of zeros.
 """
 
 import dataclasses
-import logging
 from collections.abc import Iterable
 from typing import Any
 
@@ -23,7 +22,6 @@ from MaxText.integration.quant import Nvfp4Quantization
 from MaxText.precision import switches
 from MaxText.precision.policy import Precision
 
-_LOG = logging.getLogger(__name__)
 PLAN_FILE = artifacts.PLAN_FILE
 _reported: set[tuple[str, str]] = set()  # plans already written/printed in this process (maxtext builds models repeatedly)
 

@@ -51,7 +51,8 @@ def _reinitialized(old: str, new: str, old_stats: int = 0, new_stats: int = 0) -
   nvfp4_stats_interval `old_stats` -> `new_stats`)."""
   parts = []
   if new_stats and not old_stats:
-    parts.append("the per-GEMM statistics variables (nvfp4_stats) start at zero until the next statistics step")
+    parts.append("the per-GEMM statistics and audit variables (nvfp4_stats, nvfp4_audit) start at zero until the next "
+                 "statistics or audit step")
   if new in NVFP4_MODES and old not in NVFP4_MODES:
     parts.append("the NVFP4 stochastic-rounding counters (nvfp4_sr_count) and layer indices start fresh")
   if new.startswith("fp8") and not old.startswith("fp8"):
@@ -59,6 +60,11 @@ def _reinitialized(old: str, new: str, old_stats: int = 0, new_stats: int = 0) -
   if not parts:
     parts.append("no model state: the checkpoint has every leaf this mode uses")
   return "; ".join(parts)
+
+
+def _measures(record: dict[str, Any]) -> int:
+  """Whether a record's run kept per-GEMM measurement variables (statistics or audit): their interval, 0 for none."""
+  return int(record.get("nvfp4_stats_interval") or 0) or int(record.get("nvfp4_audit_interval") or 0)
 
 
 def _has_checkpoint(directory: epath.Path) -> bool:
@@ -84,8 +90,7 @@ def note_resume(config: Any) -> dict[str, Any] | None:
       old_mode, new_mode = str(before.get("quantization") or ""), str(now["quantization"] or "")
       change = {"time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                 "changed": changed,
-                "reinitialized": _reinitialized(old_mode, new_mode, int(before.get("nvfp4_stats_interval") or 0),
-                                                int(now.get("nvfp4_stats_interval") or 0))}
+                "reinitialized": _reinitialized(old_mode, new_mode, _measures(before), _measures(now))}
       keys = ", ".join(f"{k}: {v['old']!r} -> {v['new']!r}" for k, v in changed.items())
       _LOG.warning("NVFP4: resuming %s with changed precision settings (%s); %s. Recorded in %s", directory, keys,
                    change["reinitialized"], directory / CHANGES_FILE)

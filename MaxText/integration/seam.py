@@ -3,7 +3,7 @@
 
 maxtext's code is never edited or copied. The plugin replaces a few module and class attributes of maxtext, all
 looked up by maxtext at call time, which is why wrapping them works. `HOOKS` below is the whole contact surface;
-README's "How it hooks into maxtext" is this table (a test keeps the two equal). `register()` first checks every
+docs/backends.md's "How it hooks into maxtext" is this table (a test keeps the two equal). `register()` first checks every
 entry against the installed maxtext (the symbol exists, and its signature still has the parameters the wrapper
 binds by name), and only then installs the `register` entries together. A maxtext whose signatures changed
 therefore fails at `register()` in one error naming each symbol and what differs, instead of inside a traced train

@@ -1,6 +1,7 @@
 # Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
 """The training step, seen by the GEMMs: maxtext's train_step/eval_step wrapped so the state's step is current,
-and a train step's metrics carrying the GEMMs' statistics (nvfp4_stats_interval; MaxText.integration.telemetry).
+and a train step's metrics carrying the GEMMs' statistics and audit counts (nvfp4_stats_interval, nvfp4_audit_interval;
+MaxText.integration.telemetry).
 
 The late switch (nvfp4_bf16_from_step, nvfp4_bf16_forward_from_step) compares the traced step of the state being
 trained with the switch step (MaxText.backends.flags). maxtext's `train_step(model, config, state_mesh_shardings,
@@ -64,13 +65,13 @@ def wrap_step(step_fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _with_stats_metrics(out: Any, config: Any) -> Any:
-  """A train step's (state, metrics) with the GEMMs' statistics added to the scalars (nvfp4_stats_interval > 0);
-  anything else (eval metrics, other modes, statistics off) unchanged."""
+  """A train step's (state, metrics) with the GEMMs' statistics and audit counts added to the scalars
+  (nvfp4_stats_interval or nvfp4_audit_interval > 0); anything else (eval metrics, other modes, both off) unchanged."""
   if not (is_nvfp4(getattr(config, "quantization", None)) and isinstance(out, tuple) and len(out) == 2
           and isinstance(out[1], dict) and isinstance(out[1].get("scalar"), dict)):
     return out
   settings = settings_of(config)
-  if not settings.stats_interval:
+  if not (settings.stats_interval or settings.audit_interval):
     return out
   state, metrics = out
   scalars = {**metrics["scalar"], **stats_metrics(state, settings, int(getattr(config, "first_num_dense_layers", 0)

@@ -1,5 +1,5 @@
 # Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
-"""The NVFP4 GEMM: a dot_general with a custom VJP that follows NVFP4_SPEC.md §6 operand by operand.
+"""The NVFP4 GEMM: a dot_general with a custom VJP that follows docs/numerics.md#which-operand-gets-what operand by operand.
 
 For y = x W (x: M x K, W: K x N):
   fprop  y  = x  . W      x 1D along K, nearest;            W 2D 16x16 (or 1D along K), nearest

@@ -1,7 +1,7 @@
 # Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
 """NVFP4 quantize/dequantize in pure JAX, equal bit for bit to TransformerEngine's quantizer.
 
-The algorithm is NVFP4_SPEC.md §2-5, in the kernels' own order of f32 operations: a global amax gives the
+The algorithm is docs/numerics.md (#quantize to #stochastic-rounding), in the kernels' own order of f32 operations: a global amax gives the
 tensor scale S_enc = 2688 / amax; each 16-element block (or 16x16 tile) gets an E4M3 scale
 s8 = e4m3(bamax * (S_enc * f32(1/6))); each element is multiplied once by enc = 1 / (f32(s8) / S_enc) and
 rounded to E2M1. Reconstruction: x ~= e2m1 * f32(s8) * (amax / 2688).

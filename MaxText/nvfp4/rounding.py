@@ -1,5 +1,5 @@
 # Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
-"""Stochastic rounding onto the E2M1 grid, with TE's software rule (NVFP4_SPEC.md §5).
+"""Stochastic rounding onto the E2M1 grid, with TE's software rule (docs/numerics.md#stochastic-rounding).
 
 TE draws its random bits from Philox per CUDA thread, so no emulation can reproduce TE's rounded values
 bit for bit; what we reproduce is the rule and so its distribution: each value goes to one of its two

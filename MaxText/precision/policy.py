@@ -33,7 +33,7 @@ class AxesRule:
   gemm_class: GemmClass
 
 
-#: Kernel logical axes of maxtext 0.2.5 (NVFP4_SPEC.md §10): attention query ("embed_attn","q_heads","kv"),
+#: Kernel logical axes of maxtext 0.2.5 (docs/backends.md#what-the-integration-relies-on-in-maxtext): attention query ("embed_attn","q_heads","kv"),
 #: key/value ("embed_attn","kv_heads","kv_head_dim"), qkv ("embed_attn","heads","kv"), out
 #: ("heads","kv","embed_attn"); MLP wi/wi_0/wi_1 ("embed","mlp"), fused ("embed","num_activations","mlp"),
 #: wo ("mlp","embed").

@@ -1,7 +1,7 @@
 # Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
 """A NaN or Inf never becomes a finite number in an NVFP4 GEMM, seen through maxtext's own DenseGeneral.
 
-TE's quantizer kernels turn a NaN block into scale 448 and element +6 (NVFP4_SPEC.md section 2): trained on,
+TE's quantizer kernels turn a NaN block into scale 448 and element +6 (docs/numerics.md#special-values): trained on,
 that would hide a diverging run from maxtext's NaN checks. These tests put a NaN/Inf into the input, the kernel,
 and the output gradient of a real maxtext DenseGeneral holding our quant object (the MLP up-projection axes) and
 check that the forward output, the input gradient and the kernel gradient are non-finite, as in BF16.

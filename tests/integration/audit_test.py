@@ -56,3 +56,42 @@ def test_bad_audit_settings_fail_at_load(overrides, expected):
   with pytest.raises(Exception) as info:
     load_config(TINY_YML, "nvfp4_backend=emulated", *overrides)
   assert expected in str(info.value)
+
+
+#: A subprocess's MaxText.train whose emulated backend's audit candidate rounds fprop x's codes toward zero (a known
+#: quantizer bug, MaxText.selfcheck.candidates' code-round), every other operand its own: the audit must find it.
+_FAULTY_TRAIN = """
+import runpy, sys
+from MaxText.nvfp4 import audit
+from MaxText.selfcheck import candidates
+own = audit.emulated
+audit.emulated = lambda t, op, key=None: (
+    audit.encode(t, op, codes=candidates._codes_toward_zero).codes, *own(t, op, key)[1:]) if op.name == "fprop_x" \\
+    else own(t, op, key)
+sys.argv = ["MaxText.train", *sys.argv[1:]]
+runpy.run_module("MaxText.train", run_name="__main__")
+"""
+
+
+@pytest.mark.slow
+def test_stop_ends_a_training_run_after_the_checkpoint_with_one_line(tmp_path, jax_cache_dir):
+  """3 steps auditing every step, checkpoints every step: step 0's audit finds the fault; the run ends at the next
+  iteration with exit 1 and one line; step 0's metrics (with the counts) and its checkpoint are kept."""
+  import subprocess  # pylint: disable=import-outside-toplevel  # this test only
+  import sys  # pylint: disable=import-outside-toplevel  # this test only
+
+  from tests.helpers import REPO_ROOT, read_losses  # pylint: disable=import-outside-toplevel  # as above
+
+  metrics = tmp_path / "m.jsonl"
+  proc = subprocess.run([sys.executable, "-c", _FAULTY_TRAIN, str(TINY_YML), "run_name=stop",
+                         f"base_output_directory={tmp_path}", f"metrics_file={metrics}", f"jax_cache_dir={jax_cache_dir}",
+                         "quantization=te_nvfp4", "nvfp4_backend=emulated", "steps=3", "nvfp4_audit_interval=1",
+                         "nvfp4_audit_action=stop", "enable_checkpointing=true", "checkpoint_period=1",
+                         "async_checkpointing=false"],
+                        cwd=REPO_ROOT, env={**__import__("os").environ, "JAX_PLATFORMS": "cpu"}, capture_output=True,
+                        text=True, timeout=600, check=False)
+  lines = [line for line in proc.stderr.splitlines() if line.startswith("MaxText.train: stopped")]
+  assert proc.returncode == 1 and len(lines) == 1, proc.stderr[-4000:]
+  assert "NVFP4 audit at step 0:" in lines[0] and "mismatching codes in nvfp4/audit/layer_00/mlp/wi_0/fprop_x" in lines[0]
+  assert len(read_losses(metrics)) >= 1  # step 0's record was written before the run ended
+  assert (tmp_path / "stop" / "checkpoints" / "0").is_dir()

@@ -1,5 +1,5 @@
 # Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
-"""A plain-NumPy oracle of TE's NVFP4 quantizer, written from NVFP4_SPEC.md §2-4 line by line.
+"""A plain-NumPy oracle of TE's NVFP4 quantizer, written from docs/numerics.md (#quantize to #random-hadamard-transform) line by line.
 
 Independent of MaxText.nvfp4 on purpose: E2M1 rounding is a nearest-value search over the 8 magnitudes
 with ties to the even code (not a dtype cast), scales use ml_dtypes' e4m3fn cast after a saturating clamp,
