@@ -1,10 +1,13 @@
 # Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
-"""Our command lines' one-line config errors (MaxText.train, MaxText.preflight): stdlib only at import."""
+"""Our command lines' one-line errors (MaxText.train, MaxText.preflight, MaxText.selfcheck): a bad config, a bad
+option, one line on stderr and exit 2. Stdlib only at import."""
 
+import argparse
 import os
 import sys
 import traceback
 from collections.abc import Callable, Sequence
+from typing import NoReturn
 
 EXIT_CONFIG_ERROR = 2  # The same status maxtext's pyconfig uses for a bad config.
 #: Set to 1 to get the full traceback of a config error instead of the one-line form.
@@ -41,3 +44,20 @@ def one_line_config_errors(argv: Sequence[str], prog: str) -> Callable[[Exceptio
     sys.exit(EXIT_CONFIG_ERROR)
 
   return handle
+
+
+def fail(prog: str, line: str) -> NoReturn:
+  """Bad input to one of our command lines: one line on stderr, prefixed by `prog`, and exit 2."""
+  print(f"{prog}: {line}", file=sys.stderr)
+  sys.exit(EXIT_CONFIG_ERROR)
+
+
+class OneLineParser(argparse.ArgumentParser):
+  """argparse for our command lines: a usage error is one line naming the usage (`fail`), not argparse's block."""
+
+  def __init__(self, prog: str, usage_line: str, **kwargs) -> None:
+    super().__init__(prog=f"python -m {prog}", **kwargs)
+    self.name, self.usage_line = prog, usage_line
+
+  def error(self, message: str) -> NoReturn:
+    fail(self.name, f"{message} (usage: python -m {self.name} {self.usage_line})")

@@ -31,8 +31,7 @@ if "--compile-only" in sys.argv[1:]:  # before jax loads: the compile-only GPUs 
   os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 # pylint: disable=wrong-import-position  # after the environment above
-from MaxText.integration import seam
-from MaxText.integration.cli import EXIT_CONFIG_ERROR, one_line_config_errors
+from MaxText.integration import cli, seam
 from MaxText.selfcheck.candidates import FAULTS
 
 PROG = "MaxText.selfcheck"
@@ -40,18 +39,13 @@ TARGETS = ("b200", "gb300")
 
 
 def fail(line: str) -> NoReturn:
-  print(f"{PROG}: {line}", file=sys.stderr)
-  sys.exit(EXIT_CONFIG_ERROR)
-
-
-class _Parser(argparse.ArgumentParser):
-  def error(self, message: str) -> NoReturn:
-    fail(f"{message} (usage: python -m {PROG} CONFIG.yml [key=value ...] [--with-fault NAME] [--json PATH])")
+  cli.fail(PROG, line)
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
   faults = ", ".join(f"{f.name} ({f.operand}: {f.what})" for f in FAULTS.values())
-  parser = _Parser(prog=f"python -m {PROG}", description=__doc__.split("\n\n")[1])
+  parser = cli.OneLineParser(PROG, "CONFIG.yml [key=value ...] [--with-fault NAME] [--json PATH]",
+                             description=__doc__.split("\n\n")[1])
   parser.add_argument("config", help="the run's YAML config, as MaxText.train takes it")
   parser.add_argument("overrides", nargs="*", help="key=value overrides, as MaxText.train takes them")
   parser.add_argument("--json", type=pathlib.Path, help="also write the report as JSON to this path")
@@ -87,7 +81,7 @@ def _table(rows: list[Any]) -> str:
 def main(argv: Sequence[str]) -> int:
   args = parse_args(argv)
   seam.register()
-  seam.install_cli_error_handler(one_line_config_errors([PROG, args.config], PROG))
+  seam.install_cli_error_handler(cli.one_line_config_errors([PROG, args.config], PROG))
   # pylint: disable-next=import-outside-toplevel  # maxtext, jax, and TE where installed: once the input is read
   from MaxText.selfcheck import run
 

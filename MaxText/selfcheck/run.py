@@ -127,7 +127,7 @@ def on_this_node(config_path: str, overrides: Sequence[str], fault: Fault | None
   rows += checks.gemms(candidate, shapes, recipe)
   if te_runs:
     # pylint: disable-next=import-outside-toplevel  # maxtext's trainer: only where the step compiles for these GPUs
-    from MaxText.preflight.compile import traced_train_step
+    from MaxText.integration.train_step import traced_train_step
 
     traced, _ = traced_train_step(config, devices)
     found = kernels_lib.kernels(traced.lower().compile().as_text())

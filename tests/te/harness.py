@@ -102,7 +102,7 @@ def lower_train_step(config: Any, log: Any = print) -> str:
   """maxtext's train step for `config`, lowered for CUDA on the CPU devices (as many as the config's mesh asks)."""
   import jax  # pylint: disable=import-outside-toplevel
 
-  from MaxText.preflight.compile import traced_train_step  # pylint: disable=import-outside-toplevel
+  from MaxText.integration.train_step import traced_train_step  # pylint: disable=import-outside-toplevel
 
   start = time.perf_counter()
   devices = jax.devices()[: int(config.num_target_devices or 1)] if hasattr(config, "num_target_devices") else None
