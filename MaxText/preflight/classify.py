@@ -29,7 +29,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-__all__ = ["Instruction", "Math", "Work", "dims_of", "group_size", "work_of"]
+__all__ = ["Instruction", "Math", "Work", "arrays", "dims_of", "group_size", "work_of"]
 
 
 class Math(str, enum.Enum):
@@ -80,7 +80,6 @@ _COLLECTIVES = {
 }
 _CAUSAL_MASKS = frozenset({2, 3, 4, 5})  # TE's NVTE_Mask_Type: CAUSAL, PADDING_CAUSAL and their bottom-right forms
 _ARRAY_RE = re.compile(r"\b([a-z][a-z0-9]*)\[([0-9,]*)\]")
-_TARGET_RE = re.compile(r'custom_call_target="([^"]+)"')
 _LAYOUTS_RE = re.compile(r"operand_layout_constraints=\{(.*?)\}, (?:api_version|output_to|metadata|backend)")
 _CONTRACTING_RE = re.compile(r"(lhs|rhs)_(contracting|batch)_dims=\{([0-9,]*)\}")
 _CUBLAS_DIMS_RE = re.compile(r'"(lhs|rhs)_(contracting|batch)_dimensions":\[([^\]]*)\]')
@@ -89,8 +88,9 @@ _IOTA_RE = re.compile(r"replica_groups=\[(\d+),(\d+)\]")
 _LIST_RE = re.compile(r"replica_groups=\{\{([^}]*)\}")
 
 
-def _arrays(shape: str) -> list[tuple[str, tuple[int, ...]]]:
-  """(element type, dims) of each array in an HLO shape, in order."""
+def arrays(shape: str) -> list[tuple[str, tuple[int, ...]]]:
+  """(element type, dims) of each array in an HLO shape, in order: "(bf16[2,4]{1,0}, f32[])" -> [("bf16", (2, 4)),
+  ("f32", ())]."""
   return [(dtype, tuple(int(d) for d in dims.split(",") if d)) for dtype, dims in _ARRAY_RE.findall(shape)]
 
 
@@ -120,7 +120,7 @@ def dims_of(lhs: Sequence[int], rhs: Sequence[int], lhs_contracting: Sequence[in
 
 def _first_array(shape: str) -> tuple[str, tuple[int, ...]]:
   """(element type, dims) of the first array of an HLO shape; ("", ()) for none."""
-  return (_arrays(shape) or [("", ())])[0]
+  return (arrays(shape) or [("", ())])[0]
 
 
 def _gemm(lhs_shape: str, rhs_shape: str, numbers: dict[tuple[str, str], list[int]]) -> Work:

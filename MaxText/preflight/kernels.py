@@ -24,7 +24,7 @@ import math
 import re
 from collections.abc import Iterable
 
-from MaxText.preflight.classify import Work, work_of
+from MaxText.preflight.classify import Work, arrays, work_of
 
 #: Bytes per element of each HLO element type (sub-byte types as fractions: FP4 packs two per byte).
 _DTYPE_BYTES = {
@@ -42,7 +42,6 @@ _NO_KERNEL = frozenset({
 })
 #: Custom-call results of this type are scratch workspaces (cuBLAS, cuDNN), not data a kernel writes out.
 _WORKSPACE = "u8"
-_ARRAY_RE = re.compile(r"\b([a-z][a-z0-9]*)\[([0-9,]*)\]")
 _COMPUTATION_RE = re.compile(r"^(ENTRY\s+)?%?([\w.\-]+)\s.*\{\s*$")
 _INSTRUCTION_RE = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*(.+?)\s+([a-z][\w\-]*)\((.*)$")
 _CALLED_RE = re.compile(r"\b(body|condition|to_apply|calls|true_computation|false_computation)=%?([\w.\-]+)")
@@ -57,9 +56,9 @@ def shape_bytes(shape: str, workspace: bool = True) -> int:
   """Bytes of an HLO shape's arrays, e.g. "(bf16[8192,4096]{1,0}, f32[1]{0})" -> 67108868; without u8 arrays
   (a custom call's workspace) when not `workspace`."""
   total = 0.0
-  for dtype, dims in _ARRAY_RE.findall(shape):
+  for dtype, dims in arrays(shape):
     if dtype in _DTYPE_BYTES and (workspace or dtype != _WORKSPACE):
-      total += _DTYPE_BYTES[dtype] * math.prod(int(d) for d in dims.split(",") if d)
+      total += _DTYPE_BYTES[dtype] * math.prod(dims)
   return int(math.ceil(total))
 
 
