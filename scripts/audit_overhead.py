@@ -35,6 +35,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 # pylint: disable=wrong-import-position
 from MaxText.backends.targets import TARGETS
+from MaxText.integration import cli, seam
 from MaxText.preflight import __main__ as preflight
 from MaxText.preflight import kernels as kernels_lib
 from MaxText.preflight import report
@@ -144,9 +145,8 @@ def main(argv: list[str]) -> int:
   if args.target not in TARGETS or not TARGETS[args.target].nvfp4:
     preflight.fail(f"--target {args.target!r}: the audit needs a GPU where TE runs NVFP4: "
                    f"{', '.join(t for t in sorted(TARGETS) if TARGETS[t].nvfp4)}")
-  preflight.seam.register()
-  preflight.seam.install_cli_error_handler(preflight.one_line_config_errors([preflight.PROG, args.config],
-                                                                           "audit_overhead"))
+  seam.register()
+  seam.install_cli_error_handler(cli.one_line_config_errors([preflight.PROG, args.config], "audit_overhead"))
   with preflight.environment.answering(preflight.target_environment(args.target, args.devices)):
     return _audit(args)
 

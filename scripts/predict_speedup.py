@@ -38,6 +38,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from bench_step import write_json  # noqa: E402
 
 from MaxText.backends.targets import TARGETS
+from MaxText.integration import cli, seam, shapes
 from MaxText.integration.flops import training_flops
 from MaxText.preflight import __main__ as preflight
 from MaxText.preflight import kernels as kernels_lib
@@ -120,7 +121,7 @@ def predict_point(point: Point) -> dict[str, Any]:
     nvfp4 = _compile(point.nvfp4_recipe, point, "NVFP4 recipe (te_nvfp4, MLP GEMMs)")
     fp8 = _compile(point.fp8_recipe, point, "FP8 recipe (quantization=fp8)")
     upstream = _compile(point.nvfp4_recipe, point, "upstream maxtext te_nvfp4 (every GEMM)", upstream=True)
-  widths = programs.mlp_widths(nvfp4.config)  # one model: the same widths and FLOPs for all three
+  widths = shapes.mlp_widths(nvfp4.config)  # one model: the same widths and FLOPs for all three
   model_flops = training_flops(nvfp4.config)["tflops_per_device_step"] * 1e12
   run, base, every = (predict.predict(p.kernels, target.peaks, widths, model_flops) for p in (nvfp4, fp8, upstream))
   ratio, every_ratio = predict.speedup(base, run), predict.speedup(base, every)
@@ -180,8 +181,8 @@ def main(argv: list[str]) -> int:
   if unknown or not chosen:
     preflight.fail(f"--points {args.points!r}: unknown {', '.join(unknown) or 'nothing'}; valid: "
                    f"{', '.join(p.name for p in POINTS)}")
-  preflight.seam.register()
-  preflight.seam.install_cli_error_handler(preflight.one_line_config_errors(["predict_speedup"], "predict_speedup"))
+  seam.register()
+  seam.install_cli_error_handler(cli.one_line_config_errors(["predict_speedup"], "predict_speedup"))
   start = time.perf_counter()
   results = [predict_point(point) for point in POINTS if point.name in chosen]
   elapsed = time.perf_counter() - start

@@ -100,3 +100,38 @@ def test_other_modules_attributes_are_set_only_through_the_declared_tables():
           and node.args and _root(node.args[0]) in modules:
         found.append((path.name, node.lineno))
   assert not found, found
+
+
+#: Names the package gives maxtext's config object (a parameter or local of that name is maxtext's config).
+_CONFIG_NAMES = {"config", "cfg", "maxtext_config"}
+
+
+def _config_key_reads(tree: ast.Module, keys: set[str]) -> list[int]:
+  """Lines of `tree` that read a maxtext config key: `config.<key>`, or `getattr(config, ...)` of any name."""
+  lines = []
+  for node in ast.walk(tree):
+    if isinstance(node, ast.Attribute) and node.attr in keys and isinstance(node.value, ast.Name) \
+        and node.value.id in _CONFIG_NAMES:
+      lines.append(node.lineno)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in {"getattr", "hasattr"} \
+        and node.args and isinstance(node.args[0], ast.Name) and node.args[0].id in _CONFIG_NAMES:
+      lines.append(node.lineno)
+  return lines
+
+
+def test_maxtext_config_keys_are_read_only_in_the_integration_layer():
+  """maxtext's config keys are read in MaxText/integration/ and nowhere else; the layers below receive plain numbers
+  and Settings, so import-linter's contract also covers what they know of maxtext (docs/development.md)."""
+  from maxtext.configs import types  # pylint: disable=import-outside-toplevel  # maxtext: only this test needs it
+
+  keys = set(types.MaxTextConfig.model_fields)
+  assert {"mlp_dim", "attention", "ici_tensor_parallelism", "logical_axis_rules"} <= keys
+  found = []
+  for path in sorted(_PACKAGE.rglob("*.py")):
+    if path.is_relative_to(_PACKAGE / "integration"):
+      continue
+    found += [(str(path.relative_to(_PACKAGE)), line)
+              for line in _config_key_reads(ast.parse(path.read_text(encoding="utf-8")), keys)]
+  assert not found, found
+  assert _config_key_reads(ast.parse("getattr(config, 'attention')\nconfig.mlp_dim\nconfig.read_text()"), keys) \
+      == [1, 2]

@@ -44,6 +44,7 @@ as cited on each entry (read through the copies named where the vendor page itse
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 __all__ = ["TARGETS", "Peaks", "Target"]
 
@@ -110,6 +111,13 @@ class Target:
     )
 
 
+#: What GB200 and GB300 share: the Grace-Blackwell compute tray of an NVL72 rack (4 GPUs in one 72-GPU NVLink
+#: domain; the same SM count, HBM bandwidth and L2 as XLA reads them; cuDNN 9.15), and their FP8/BF16/HBM peaks.
+_NVL72_TRAY: dict[str, Any] = {"sm_count": 152, "memory_bandwidth": 7928064000000, "l2_bytes": 135528448,
+                               "dnn": (9, 15), "gpus_per_node": 4}
+_NVL72_PEAKS: dict[str, Any] = {"fp8": 5 * PETA, "bf16": 2.5 * PETA, "hbm": 8 * TERA, "nvlink": 0.9 * TERA,
+                                "nvlink_domain": 72}
+
 TARGETS: dict[str, Target] = {
     "b200": Target(name="NVIDIA B200", capability=(10, 0), sm_count=148, memory_bytes=191514411008,
                    memory_bandwidth=7672320000000, l2_bytes=132644864, clock_ghz=1.965,
@@ -117,18 +125,13 @@ TARGETS: dict[str, Target] = {
                    peaks=Peaks(fp4=9 * PETA, fp8=4.5 * PETA, bf16=2.25 * PETA, hbm=7.7 * TERA, nvlink=0.9 * TERA,
                                nvlink_domain=8, network=0.05 * TERA,
                                sources="[HGX] HGX B200 per GPU halved; [NVL5]; [NIC] ConnectX-7")),
-    "gb200": Target(name="NVIDIA GB200", capability=(10, 0), sm_count=152, memory_bytes=197897748480,
-                    memory_bandwidth=7928064000000, l2_bytes=135528448, clock_ghz=2.062,
-                    dnn=(9, 15), gpus_per_node=4,
-                    peaks=Peaks(fp4=10 * PETA, fp8=5 * PETA, bf16=2.5 * PETA, hbm=8 * TERA, nvlink=0.9 * TERA,
-                                nvlink_domain=72, network=0.05 * TERA,
-                                sources="[HGX] GB200 per GPU halved; [NVL5]; [NIC] ConnectX-7")),
-    "gb300": Target(name="NVIDIA GB300", capability=(10, 3), sm_count=152, memory_bytes=297021079552,
-                    memory_bandwidth=7928064000000, l2_bytes=135528448, clock_ghz=2.07,
-                    dnn=(9, 15), gpus_per_node=4,
-                    peaks=Peaks(fp4=15 * PETA, fp8=5 * PETA, bf16=2.5 * PETA, hbm=8 * TERA, nvlink=0.9 * TERA,
-                                nvlink_domain=72, network=0.1 * TERA,
-                                sources="[GB300] per GPU (72), sparse halved; [NVL5]; ConnectX-8 [GB300]")),
+    "gb200": Target(name="NVIDIA GB200", capability=(10, 0), memory_bytes=197897748480, clock_ghz=2.062,
+                    **_NVL72_TRAY, peaks=Peaks(fp4=10 * PETA, network=0.05 * TERA, **_NVL72_PEAKS,
+                                               sources="[HGX] GB200 per GPU halved; [NVL5]; [NIC] ConnectX-7")),
+    "gb300": Target(name="NVIDIA GB300", capability=(10, 3), memory_bytes=297021079552, clock_ghz=2.07,
+                    **_NVL72_TRAY, peaks=Peaks(fp4=15 * PETA, network=0.1 * TERA, **_NVL72_PEAKS,
+                                               sources="[GB300] per GPU (72), sparse halved; [NVL5]; "
+                                               "ConnectX-8 [GB300]")),
     "h100": Target(name="NVIDIA H100 80GB HBM3", capability=(9, 0), sm_count=132, memory_bytes=84942979072,
                    memory_bandwidth=3352320000000, l2_bytes=52428800, clock_ghz=1.98,
                    dnn=(8, 9), gpus_per_node=8,

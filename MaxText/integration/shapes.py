@@ -14,7 +14,7 @@ from typing import Any
 from MaxText.precision.gemm_shapes import GemmDims, ModelShape, Sized, nvfp4_gemm_dims
 from MaxText.precision.settings import Settings
 
-__all__ = ["gemm_dims", "mesh_sizes", "model_shape"]
+__all__ = ["fused_attention_on_te", "gemm_dims", "mesh_sizes", "mlp_widths", "model_shape"]
 
 #: Mesh axes that split the token (row) dimension of an MLP GEMM's activations: maxtext's rules for
 #: activation_batch and activation_length.
@@ -94,3 +94,31 @@ def model_shape(config: Any) -> ModelShape:
 def gemm_dims(config: Any, settings: Settings) -> list[GemmDims]:
   """The NVFP4 MLP GEMMs of `config` (nvfp4_gemm_dims of its model_shape)."""
   return nvfp4_gemm_dims(model_shape(config), settings)
+
+
+def _parallelism(config: Any, axis: str) -> int:
+  """The ICI x DCN size of one mesh axis as the config gives it (-1 stays negative: the rest of the devices)."""
+  return int(getattr(config, f"ici_{axis}_parallelism", 1) or 1) * int(getattr(config, f"dcn_{axis}_parallelism", 1)
+                                                                       or 1)
+
+
+def mlp_widths(config: Any) -> frozenset[int]:
+  """The MLP hidden sizes a GEMM of this config carries on one device: mlp_dim (and moe_mlp_dim with experts),
+  whole and divided by the mesh axes maxtext shards the `mlp` axis over (fsdp_transpose, tensor, tensor_sequence,
+  autoregressive). An axis sized -1 (the rest of the devices) counts every power-of-two share."""
+  widths = {int(config.mlp_dim)}
+  if int(getattr(config, "num_experts", 1) or 1) > 1:
+    widths.add(int(config.moe_mlp_dim))
+  sizes = [_parallelism(config, axis) for axis in ("fsdp_transpose", "tensor", "tensor_sequence", "autoregressive")]
+  shares = {1}
+  if any(size < 0 for size in sizes):
+    shares |= {2**i for i in range(1, 16)}
+  else:
+    shares.add(math.prod(sizes))
+  return frozenset(width // share for width in widths for share in shares if width % share == 0)
+
+
+def fused_attention_on_te(config: Any) -> bool:
+  """Whether attention runs as TransformerEngine's cuDNN fused attention (attention=cudnn_flash_te), whose workspace
+  cuDNN sizes only on a GPU."""
+  return getattr(config, "attention", "") == "cudnn_flash_te"

@@ -63,15 +63,8 @@ def _nvfp4_expert(recipe: GemmRecipe) -> ExpertGemm:
   return gemm
 
 
-def batched_expert_matmul(
-    x: jax.Array,
-    w: jax.Array,
-    *,
-    key: jax.Array | None,
-    recipe: GemmRecipe = GemmRecipe(),
-    gemm: ExpertGemm | None = None,
-    extra: Any = None,
-) -> jax.Array:
+def batched_expert_matmul(x: jax.Array, w: jax.Array, *, key: jax.Array | None, recipe: GemmRecipe = GemmRecipe(),
+                          gemm: ExpertGemm | None = None, extra: Any = None) -> jax.Array:
   """Per-expert NVFP4 GEMMs y[e] = x[e] . w[e] (or x . w[e] for a shared x), each with its own amaxes.
 
   Args:
@@ -101,16 +94,8 @@ def batched_expert_matmul(
   return jax.vmap(gemm, in_axes=(0, 0, key_axis, extra_axis))(x, w, keys, extra)
 
 
-def grouped_matmul(
-    x: jax.Array,
-    w: jax.Array,
-    group_sizes: jax.Array,
-    *,
-    key: jax.Array | None,
-    recipe: GemmRecipe = GemmRecipe(),
-    gemm: ExpertGemm | None = None,
-    extra: Any = None,
-) -> jax.Array:
+def grouped_matmul(x: jax.Array, w: jax.Array, group_sizes: jax.Array, *, key: jax.Array | None,
+                   recipe: GemmRecipe = GemmRecipe(), gemm: ExpertGemm | None = None, extra: Any = None) -> jax.Array:
   """`jax.lax.ragged_dot(x, w, group_sizes)` with every expert GEMM in NVFP4 (fprop, dgrad, wgrad).
 
   Args:

@@ -7,7 +7,9 @@ on this machine, without a GPU (`.venv-gpu`: the CUDA jax plugin and Transformer
   - per-device memory: arguments, temporaries, peak, against the GPU's memory: fits or not, by how much;
   - the kernels in the step and TransformerEngine's among them (its FP4 GEMMs, quantizations, RHT amaxes);
   - for an NVFP4 run on TE, what the plugin adds around TE's kernels: the same step compiled again without the
-    non-finite guard and the statistics tap, and the difference in bytes per group of kernels;
+    non-finite guard, the statistics tap and the audit, and the difference in bytes per group of kernels;
+  - for each periodic tap the run has on (nvfp4_stats_interval, nvfp4_audit_interval), the run compiled once more
+    without it: what it adds on the steps it runs, and averaged over its interval (bytes, and seconds with --predict);
   - with --predict, the step time predicted from the compiled kernels (MaxText.preflight.predict) for this run and
     for the same config as maxtext's fp8, as bf16 and as upstream maxtext's te_nvfp4 (--predict-against narrows
     them): model TFLOP/s per GPU, speedups, where the time goes, the Amdahl ceiling.
@@ -40,8 +42,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # XLA's INFO lines (its sche
 # pylint: disable=wrong-import-position  # after the environment above
 from MaxText.backends import environment
 from MaxText.backends.targets import TARGETS
-from MaxText.integration import seam
-from MaxText.integration.cli import EXIT_CONFIG_ERROR, one_line_config_errors
+from MaxText.integration import cli, seam, shapes
 from MaxText.precision.modes import Backend
 from MaxText.precision.policy import Precision
 from MaxText.integration.settings import settings_of
@@ -53,21 +54,17 @@ from MaxText.preflight import report
 PROG = "MaxText.preflight"
 #: The keys switched off for the comparison program: everything the plugin adds around TE's dense that is not
 #: the recipe itself (the switches and BF16 layers are the recipe a user chose, so they stay).
-BARE_OVERRIDES = ("nvfp4_nonfinite_check=false", "nvfp4_stats_interval=0")
+BARE_OVERRIDES = ("nvfp4_nonfinite_check=false", "nvfp4_stats_interval=0", "nvfp4_audit_interval=0")
 
 
 def fail(line: str) -> NoReturn:
-  print(f"{PROG}: {line}", file=sys.stderr)
-  sys.exit(EXIT_CONFIG_ERROR)
-
-
-class _Parser(argparse.ArgumentParser):
-  def error(self, message: str) -> NoReturn:
-    fail(f"{message} (usage: python -m {PROG} CONFIG.yml [key=value ...] --target {'|'.join(TARGETS)} --devices N)")
+  """Bad input: one line on stderr and exit 2."""
+  cli.fail(PROG, line)
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-  parser = _Parser(prog=f"python -m {PROG}", description=__doc__.split("\n\n")[1])
+  parser = cli.OneLineParser(PROG, f"CONFIG.yml [key=value ...] --target {'|'.join(TARGETS)} --devices N",
+                             description=__doc__.split("\n\n")[1])
   parser.add_argument("config", help="the run's YAML config, as MaxText.train takes it")
   parser.add_argument("overrides", nargs="*", help="key=value overrides, as MaxText.train takes them")
   parser.add_argument("--target", required=True, help=f"the GPU: {', '.join(TARGETS)}")
@@ -102,7 +99,6 @@ def target_environment(target: str, devices: int) -> environment.Environment:
   capability = TARGETS[target].capability[0] + TARGETS[target].capability[1] / 10
   if deviceless.te_installed():
     deviceless.import_transformer_engine()
-    deviceless.answer_fused_attention()
     return deviceless.target_environment(capability, devices)
   return environment.Environment(te_error="transformer_engine_jax is not installed (./setup.sh --gpu)",
                                  gpu_capabilities=(capability,) * devices)
@@ -162,7 +158,7 @@ def main(argv: Sequence[str]) -> int:
   args = parse_args(argv)
   fraction = mem_fraction()
   seam.register()
-  seam.install_cli_error_handler(one_line_config_errors([PROG, args.config], PROG))
+  seam.install_cli_error_handler(cli.one_line_config_errors([PROG, args.config], PROG))
   with _after_the_report():
     with environment.answering(target_environment(args.target, args.devices)):
       return _report(args, fraction)
@@ -213,6 +209,17 @@ def _comparison_kernels(args: argparse.Namespace, comparison: programs.Compariso
          f"{args.devices} x {args.target}: {type(e).__name__}: {' '.join(str(e).split())[:300]}")
 
 
+def _without_taps(args: argparse.Namespace, config: Any) -> list[tuple[programs.Tap, list[kernels_lib.Kernel]]]:
+  """For each periodic tap the run has on, the run's kernels compiled without it (one more compile each)."""
+  out = []
+  for tap in programs.taps(settings_of(config)):
+    compiled = compile_step(load_config(args.config, programs.replaced(args.overrides, [tap.off]), args.devices),
+                            args.target, args.devices, f"the run without {tap.what} ({tap.off}), to count what it adds")
+    out.append((tap, kernels_lib.kernels(compiled.as_text())))
+    del compiled
+  return out
+
+
 def _report(args: argparse.Namespace, fraction: float) -> int:
   """The pre-flight of `args` once the target's environment is being answered."""
   target = TARGETS[args.target]
@@ -222,25 +229,32 @@ def _report(args: argparse.Namespace, fraction: float) -> int:
   found = kernels_lib.kernels(compiled.as_text())
   del compiled  # the comparison programs compile next; keep one executable at a time
   lines = [*report.memory_lines(memory, target, args.devices), *report.kernel_lines(found)]
-  if getattr(config, "attention", "") == "cudnn_flash_te":
+  if shapes.fused_attention_on_te(config):
     lines.append("not counted: cuDNN's fused-attention workspace (cuDNN sizes it on the GPU; the pre-flight "
                  "answers 0 bytes)")
   payload: dict[str, Any] = {"config": args.config, "overrides": list(args.overrides), "target": args.target,
                              "devices": args.devices, "memory": memory.as_dict(),
                              "te_kernels": kernels_lib.counts(kernels_lib.te_kernels(found))}
-  if not args.no_overhead and _te_nvfp4(config):
-    bare = compile_step(load_config(args.config, [*args.overrides, *BARE_OVERRIDES], args.devices), args.target,
-                        args.devices, f"the overhead comparison ({' '.join(BARE_OVERRIDES)})")
-    overhead = report.Overhead.between(found, kernels_lib.kernels(bare.as_text()))
-    lines += report.overhead_lines(overhead, "against the same step with " + " ".join(BARE_OVERRIDES))
-    payload["overhead"] = overhead.as_dict()
+  overhead_wanted = not args.no_overhead and _te_nvfp4(config)
+  without = _without_taps(args, config) if overhead_wanted or args.predict else []
+  predicted = None
   if args.predict:
     try:
       predicted = programs.predict_all(config, found, target, args.against,
-                                       lambda comparison: _comparison_kernels(args, comparison))
+                                       lambda comparison: _comparison_kernels(args, comparison), without)
     except ValueError as e:
       fail(f"cannot predict the step on {args.devices} x {target.name}: {e}")
-    lines += report.prediction_lines(predicted.run, predicted.against, target, args.devices)
+  taps = tuple(report.TapCost(tap=tap, step_bytes=kernels_lib.total_bytes(found) - kernels_lib.total_bytes(kernels),
+                              seconds=predicted.tap_seconds[tap.key] if predicted else None)
+               for tap, kernels in without)
+  if overhead_wanted:
+    bare = compile_step(load_config(args.config, programs.replaced(args.overrides, BARE_OVERRIDES), args.devices),
+                        args.target, args.devices, f"the overhead comparison ({' '.join(BARE_OVERRIDES)})")
+    overhead = report.Overhead.between(found, kernels_lib.kernels(bare.as_text()), taps)
+    lines += report.overhead_lines(overhead, "against the same step with " + " ".join(BARE_OVERRIDES))
+    payload["overhead"] = overhead.as_dict()
+  if predicted is not None:
+    lines += report.prediction_lines(predicted.run, predicted.against, target, args.devices, taps)
     payload["prediction"] = predicted.as_dict()
   print("\n".join(lines))
   if args.json:

@@ -27,21 +27,29 @@ import enum
 import math
 import re
 from collections.abc import Callable, Sequence
-from typing import Protocol
 
-__all__ = ["Instruction", "Math", "Work", "arrays", "dims_of", "group_size", "work_of"]
+from MaxText.preflight.hlo import Instruction, arrays, patterns
+
+__all__ = ["Math", "Work", "dims_of", "group_size", "work_of"]
 
 
-class Math(str, enum.Enum):
+class Math(enum.StrEnum):
   """Which peak bounds a kernel's time."""
 
   FP4_GEMM = "fp4_gemm"
+  """A GEMM on FP4 operands (TE's NVFP4 cuBLASLt call): the FP4 tensor-core peak."""
   FP8_GEMM = "fp8_gemm"
+  """A GEMM on FP8 operands (E4M3/E5M2, maxtext's fp8 and TE's FP8): the FP8 peak."""
   BF16_GEMM = "bf16_gemm"
+  """A GEMM on BF16 (or FP16) operands: the BF16 peak."""
   ATTENTION = "attention"
+  """cuDNN's fused attention: its FLOPs at the BF16 peak."""
   COLLECTIVE = "collective"
+  """An all-gather, all-reduce, reduce-scatter, all-to-all or permute: its wire bytes over NVLink or the network."""
   ELEMENTWISE = "elementwise"
+  """Everything else XLA launches (fusions, copies, reductions): its bytes over HBM."""
   UNCLASSIFIED = "unclassified"
+  """A GEMM-like kernel whose operand types or dims cannot be read: timed by its bytes and reported apart."""
 
   @property
   def gemm(self) -> bool:
@@ -60,16 +68,6 @@ class Work:
   gemm_dims: tuple[int, int, int] | None = None
 
 
-class Instruction(Protocol):
-  """The parts of a parsed HLO instruction this module reads (MaxText.preflight.kernels builds them)."""
-
-  name: str
-  shape: str
-  opcode: str
-  operands: tuple[str, ...]
-  rest: str
-
-
 #: Element types by the GEMM math type they run in.
 _GEMM_TYPES = {"f4e2m1fn": Math.FP4_GEMM, "bf16": Math.BF16_GEMM, "f16": Math.BF16_GEMM}
 _COLLECTIVES = {
@@ -79,19 +77,6 @@ _COLLECTIVES = {
     "collective-permute-start": "collective-permute", "ragged-all-to-all": "all-to-all",
 }
 _CAUSAL_MASKS = frozenset({2, 3, 4, 5})  # TE's NVTE_Mask_Type: CAUSAL, PADDING_CAUSAL and their bottom-right forms
-_ARRAY_RE = re.compile(r"\b([a-z][a-z0-9]*)\[([0-9,]*)\]")
-_LAYOUTS_RE = re.compile(r"operand_layout_constraints=\{(.*?)\}, (?:api_version|output_to|metadata|backend)")
-_CONTRACTING_RE = re.compile(r"(lhs|rhs)_(contracting|batch)_dims=\{([0-9,]*)\}")
-_CUBLAS_DIMS_RE = re.compile(r'"(lhs|rhs)_(contracting|batch)_dimensions":\[([^\]]*)\]')
-_MESH_RE = re.compile(r"replica_groups=mesh\[([^\]]*)\]\s*\{([^}]*)\}")
-_IOTA_RE = re.compile(r"replica_groups=\[(\d+),(\d+)\]")
-_LIST_RE = re.compile(r"replica_groups=\{\{([^}]*)\}")
-
-
-def arrays(shape: str) -> list[tuple[str, tuple[int, ...]]]:
-  """(element type, dims) of each array in an HLO shape, in order: "(bf16[2,4]{1,0}, f32[])" -> [("bf16", (2, 4)),
-  ("f32", ())]."""
-  return [(dtype, tuple(int(d) for d in dims.split(",") if d)) for dtype, dims in _ARRAY_RE.findall(shape)]
 
 
 def _gemm_math(*dtypes: str) -> Math:
@@ -148,12 +133,12 @@ def _dot(inst: Instruction, operand_shapes: Sequence[str]) -> Work:
   """An HLO `dot`: dimension numbers from its attributes."""
   if len(operand_shapes) < 2:
     return Work(math=Math.UNCLASSIFIED)
-  return _gemm(operand_shapes[0], operand_shapes[1], _numbers(_CONTRACTING_RE, inst.rest))
+  return _gemm(operand_shapes[0], operand_shapes[1], _numbers(patterns.dot_dims, inst.rest))
 
 
 def _cublas(inst: Instruction, operand_shapes: Sequence[str]) -> Work:
   """XLA's cuBLAS(Lt) GEMM custom calls: dimension numbers from the backend config."""
-  numbers = _numbers(_CUBLAS_DIMS_RE, inst.rest)
+  numbers = _numbers(patterns.cublas_dims, inst.rest)
   if len(operand_shapes) < 2 or ("lhs", "contracting") not in numbers:
     return Work(math=Math.UNCLASSIFIED)
   return _gemm(operand_shapes[0], operand_shapes[1], numbers)
@@ -193,14 +178,14 @@ def _te_attention(inst: Instruction, backward: bool) -> Work:
 
 def group_size(rest: str, default: int) -> int:
   """How many devices one replica group of a collective spans (`default`: every device, for `{}` or none)."""
-  mesh = _MESH_RE.search(rest)
+  mesh = patterns.mesh_groups.search(rest)
   if mesh:
     sizes = dict(re.findall(r"'(\w+)'=(\d+)", mesh.group(1)))
     return math.prod(int(sizes.get(axis, 1)) for axis in re.findall(r"'(\w+)'", mesh.group(2))) or 1
-  iota = _IOTA_RE.search(rest)
+  iota = patterns.iota_groups.search(rest)
   if iota:
     return int(iota.group(2))
-  listed = _LIST_RE.search(rest)
+  listed = patterns.listed_groups.search(rest)
   if listed:
     return len(_ints(listed.group(1))) or default
   return default
@@ -233,8 +218,8 @@ def _custom_call(target: str, inst: Instruction, operand_shapes: Sequence[str]) 
 
 def _layout_shapes(inst: Instruction) -> list[str]:
   """The operand shapes a custom call declares (`operand_layout_constraints`), one string per operand."""
-  match = _LAYOUTS_RE.search(inst.rest)
-  return [f"{dtype}[{dims}]" for dtype, dims in _ARRAY_RE.findall(match.group(1))] if match else []
+  match = patterns.layouts.search(inst.rest)
+  return [f"{dtype}[{dims}]" for dtype, dims in patterns.array.findall(match.group(1))] if match else []
 
 
 def _fused(body: Sequence[Instruction], nested: Callable[[str], Sequence[Instruction]]) -> Work:
@@ -246,7 +231,7 @@ def _fused(body: Sequence[Instruction], nested: Callable[[str], Sequence[Instruc
     if inst.opcode == "dot":
       found.append(_dot(inst, [shapes.get(o, "") for o in inst.operands]))
     elif inst.opcode == "fusion":
-      called = re.search(r"\bcalls=%?([\w.\-]+)", inst.rest)
+      called = patterns.fusion_calls.search(inst.rest)
       inner = _fused(nested(called.group(1)), nested) if called else Work()
       if inner.math is not Math.ELEMENTWISE:
         found.append(inner)

@@ -208,12 +208,6 @@ def import_transformer_engine() -> object:
   return module
 
 
-def answer_fused_attention() -> None:
-  """`answer()`: the fused-attention queries are among ANSWERS (kept under this name for the pre-flight's entry
-  point until it calls `answer` itself)."""
-  answer()
-
-
 def target_environment(capability: float, gpus: int) -> Any:
   """What MaxText.backends.environment's probe would report on `gpus` GPUs of `capability` with TE importing,
   with TE's own NVFP4 verdict for that capability (patched as above)."""

@@ -21,10 +21,11 @@ from __future__ import annotations
 import collections
 import dataclasses
 import math
-import re
 from collections.abc import Iterable
 
-from MaxText.preflight.classify import Work, arrays, work_of
+from MaxText.preflight import hlo as hlo_lib
+from MaxText.preflight.classify import Work, work_of
+from MaxText.preflight.hlo import Instruction, arrays, instructions, patterns
 
 #: Bytes per element of each HLO element type (sub-byte types as fractions: FP4 packs two per byte).
 _DTYPE_BYTES = {
@@ -42,14 +43,6 @@ _NO_KERNEL = frozenset({
 })
 #: Custom-call results of this type are scratch workspaces (cuBLAS, cuDNN), not data a kernel writes out.
 _WORKSPACE = "u8"
-_COMPUTATION_RE = re.compile(r"^(ENTRY\s+)?%?([\w.\-]+)\s.*\{\s*$")
-_INSTRUCTION_RE = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*(.+?)\s+([a-z][\w\-]*)\((.*)$")
-_CALLED_RE = re.compile(r"\b(body|condition|to_apply|calls|true_computation|false_computation)=%?([\w.\-]+)")
-_BRANCHES_RE = re.compile(r"branch_computations=\{([^}]*)\}")
-_TARGET_RE = re.compile(r'custom_call_target="([^"]+)"')
-_OP_NAME_RE = re.compile(r'op_name="([^"]*)"')
-_TRIP_COUNT_RE = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
-_PARTITIONS_RE = re.compile(r"\bnum_partitions=(\d+)")
 
 
 def shape_bytes(shape: str, workspace: bool = True) -> int:
@@ -96,64 +89,10 @@ class Kernel:
     return self.target or self.opcode
 
 
-def _split_operands(text: str) -> str:
-  """The operand list of `op(...)`: the text up to the parenthesis that closes it."""
-  depth = 1
-  for i, char in enumerate(text):
-    if char in "([{":
-      depth += 1
-    elif char in ")]}":
-      depth -= 1
-      if depth == 0:
-        return text[:i]
-  return text
-
-
-def _computations(hlo: str) -> tuple[dict[str, list[str]], str]:
-  """Computation name -> its instruction lines, and the entry computation's name."""
-  computations: dict[str, list[str]] = {}
-  entry, current = "", None
-  for line in hlo.splitlines():
-    if current is None:
-      match = _COMPUTATION_RE.match(line.strip())
-      if match and not line.startswith("HloModule") and not _INSTRUCTION_RE.match(line):
-        current = match.group(2)
-        computations[current] = []
-        if match.group(1):
-          entry = current
-      continue
-    if line.strip() == "}":
-      current = None
-    else:
-      computations[current].append(line)
-  return computations, entry
-
-
-@dataclasses.dataclass(frozen=True)
-class _Instruction:
-  name: str
-  shape: str
-  opcode: str
-  operands: tuple[str, ...]
-  rest: str
-  root: bool
-
-
-def _parse(lines: list[str]) -> list[_Instruction]:
-  parsed = []
-  for line in lines:
-    match = _INSTRUCTION_RE.match(line)
-    if match:
-      name, shape, opcode, rest = match.groups()
-      operands = tuple(re.findall(r"%([\w.\-]+)", _split_operands(rest)))
-      parsed.append(_Instruction(name, shape, opcode, operands, rest, line.lstrip().startswith("ROOT ")))
-  return parsed
-
-
 _SLICING = frozenset({"dynamic-slice", "slice", "gather"})
 
 
-def _fusion_bytes(body: list[_Instruction]) -> tuple[int, str]:
+def _fusion_bytes(body: list[Instruction]) -> tuple[int, str]:
   """(bytes a fusion kernel reads and writes, the custom-call target it wraps or ""), from its fused computation.
 
   A parameter read only through slices counts the slices; the buffer a dynamic-update-slice writes into counts
@@ -162,12 +101,12 @@ def _fusion_bytes(body: list[_Instruction]) -> tuple[int, str]:
   layout of the same bytes) are looked through: a slice of a bitcast of a parameter is a slice of the parameter.
   """
   by_name = {inst.name: inst for inst in body}
-  direct: dict[str, list[_Instruction]] = collections.defaultdict(list)
+  direct: dict[str, list[Instruction]] = collections.defaultdict(list)
   for inst in body:
     for operand in inst.operands:
       direct[operand].append(inst)
 
-  def uses_of(name: str) -> list[tuple[str, _Instruction]]:
+  def uses_of(name: str) -> list[tuple[str, Instruction]]:
     """(the name the user reads it as, the user) for each user of `name`, through chains of bitcasts."""
     found = []
     for user in direct[name]:
@@ -177,7 +116,7 @@ def _fusion_bytes(body: list[_Instruction]) -> tuple[int, str]:
   calls = [inst for inst in body if inst.opcode == "custom-call"]
   if calls:
     call = calls[0]
-    target = _TARGET_RE.search(call.rest)
+    target = patterns.target.search(call.rest)
     moved = shape_bytes(call.shape, workspace=False) + sum(shape_bytes(by_name[o].shape) for o in call.operands
                                                            if o in by_name)
     return moved, target.group(1) if target else ""
@@ -207,8 +146,8 @@ def _fusion_bytes(body: list[_Instruction]) -> tuple[int, str]:
 
 def kernels(hlo: str) -> list[Kernel]:
   """Every kernel of a compiled program (`compiled.as_text()`), in program order, computations entered as run."""
-  computations, entry = _computations(hlo)
-  partitions = _PARTITIONS_RE.search(hlo[:hlo.find("\n")] if "\n" in hlo else hlo)
+  computations, entry = hlo_lib.computations(hlo)
+  partitions = patterns.partitions.search(hlo[:hlo.find("\n")] if "\n" in hlo else hlo)
   devices = int(partitions.group(1)) if partitions else 1
   found: list[Kernel] = []
   seen: set[str] = set()
@@ -218,36 +157,36 @@ def kernels(hlo: str) -> list[Kernel]:
       return
     seen.add(name)
     shapes: dict[str, str] = {}
-    for inst in _parse(computations[name]):
+    for inst in instructions(computations[name]):
       shapes[inst.name] = inst.shape
       if inst.opcode in ("while", "conditional", "call", "async-start"):
-        trips = _TRIP_COUNT_RE.search(inst.rest) if inst.opcode == "while" else None
+        trips = patterns.trip_count.search(inst.rest) if inst.opcode == "while" else None
         inner = runs * (int(trips.group(1)) if trips else 1)
-        for key, called in _CALLED_RE.findall(inst.rest):
+        for key, called in patterns.called.findall(inst.rest):
           if key != "to_apply" or inst.opcode == "call":
             visit(called, inner)
-        for group in _BRANCHES_RE.findall(inst.rest):
+        for group in patterns.branches.findall(inst.rest):
           for called in group.split(","):
             visit(called.strip().lstrip("%"), runs)
       if inst.opcode in _NO_KERNEL or inst.opcode == "async-start":
         continue
-      target = _TARGET_RE.search(inst.rest)
+      target = patterns.target.search(inst.rest)
       target_name = target.group(1) if target else ""
       operand_shapes = [shapes.get(o, "") for o in inst.operands]
       operand_bytes = sum(shape_bytes(shape) for shape in operand_shapes)
       moved = shape_bytes(inst.shape, workspace=inst.opcode != "custom-call") + operand_bytes
       opcode, body = inst.opcode, None
       if opcode in ("fusion", "fusion-start"):
-        called = re.search(r"\bcalls=%?([\w.\-]+)", inst.rest)
+        called = patterns.fusion_calls.search(inst.rest)
         if called and called.group(1) in computations:
-          body = _parse(computations[called.group(1)])
+          body = instructions(computations[called.group(1)])
           moved, wrapped = _fusion_bytes(body)
           target_name = target_name or wrapped
-        kind = re.search(r"\bkind=(k\w+)", inst.rest)
+        kind = patterns.fusion_kind.search(inst.rest)
         opcode = f"fusion:{kind.group(1)}" if kind else "fusion"
       work = work_of(inst, operand_shapes, operand_bytes, devices, target_name, body,
-                     lambda name: _parse(computations.get(name, [])))
-      op_name = _OP_NAME_RE.search(inst.rest)
+                     lambda name: instructions(computations.get(name, [])))
+      op_name = patterns.op_name.search(inst.rest)
       found.append(Kernel(name=inst.name, opcode=opcode, target=target_name, bytes=moved,
                           op_name=op_name.group(1) if op_name else "", runs=runs, work=work))
 

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from MaxText.backends.targets import Peaks
@@ -53,15 +53,21 @@ from MaxText.preflight.kernels import Kernel
 __all__ = ["Group", "Prediction", "amdahl_ceiling", "group_of", "kernel_seconds", "predict", "speedup"]
 
 
-class Group(str, enum.Enum):
+class Group(enum.StrEnum):
   """Where the step's time goes, in the report's rows."""
 
   MLP_GEMMS = "MLP GEMMs"
+  """GEMMs with an MLP width among their dims (`group_of`): what NVFP4 speeds up."""
   ATTENTION = "attention"
+  """The attention core (cuDNN's fused attention)."""
   OTHER_GEMMS = "other GEMMs"
+  """Attention projections, the output head, and any other GEMM."""
   ELEMENTWISE = "elementwise"
+  """Fusions, copies and reductions: norms, activations, quantization, the optimizer update."""
   COMMUNICATION = "communication"
+  """Collectives, timed as if none overlapped compute (the 'overlapped' column hides them)."""
   UNCLASSIFIED = "unclassified"
+  """Kernels the classification cannot read (Math.UNCLASSIFIED), kept apart so their bytes stay visible."""
 
 
 def _peak(math: Math, peaks: Peaks) -> float | None:
@@ -157,6 +163,20 @@ def predict(found: Iterable[Kernel], peaks: Peaks, mlp_widths: frozenset[int], m
     if kernel.work.math in flops:
       flops[kernel.work.math] += kernel.work.flops * kernel.runs
   return Prediction(seconds=seconds, bytes=moved, kernels=counts, flops=flops, model_flops=model_flops)
+
+
+def averaged(full: Prediction, without: Sequence[tuple[Prediction, int]]) -> Prediction:
+  """`full`'s mean step when it holds periodic taps: each (the same program without one tap, its interval N) takes
+  away that tap's part but 1/N of it: full - sum((full - without) * (1 - 1/N)). The kernel count of `full` holds both
+  branches of each tap's conditional, as if every tap ran every step."""
+
+  def mean(ours: dict[Any, Any], theirs: list[tuple[dict[Any, Any], int]]) -> dict[Any, Any]:
+    return {key: type(value)(value - sum((value - other[key]) * (1 - 1 / n) for other, n in theirs))
+            for key, value in ours.items()}
+
+  return dataclasses.replace(full, seconds=mean(full.seconds, [(w.seconds, n) for w, n in without]),
+                             bytes=mean(full.bytes, [(w.bytes, n) for w, n in without]),
+                             flops=mean(full.flops, [(w.flops, n) for w, n in without]))
 
 
 def speedup(baseline: Prediction, run: Prediction) -> float:

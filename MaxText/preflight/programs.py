@@ -18,10 +18,13 @@ from typing import Any, ContextManager
 from MaxText.backends.targets import Target
 from MaxText.integration import hooks
 from MaxText.integration.flops import training_flops
+from MaxText.integration.shapes import mlp_widths
+from MaxText.precision.settings import Settings
 from MaxText.preflight import predict
 from MaxText.preflight.kernels import Kernel
 
-__all__ = ["COMPARISONS", "Comparison", "Predicted", "against", "mlp_widths", "overrides_for", "predict_all"]
+__all__ = ["COMPARISONS", "TAP_KEYS", "Comparison", "Predicted", "Tap", "against", "overrides_for", "predict_all",
+           "replaced", "taps"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -68,43 +71,52 @@ def against(text: str | None, target: Target) -> tuple[str, ...]:
   return names
 
 
+#: The plugin's taps that run every N steps (a `lax.cond` in the step): key -> what it is. A comparison program
+#: switches them off: it measures a precision, not our instruments, and maxtext's own modes refuse them.
+TAP_KEYS = {"nvfp4_stats_interval": "the statistics", "nvfp4_audit_interval": "the audit"}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Tap:
+  """A periodic tap the run has on: its key, what it is, and its interval in steps (>= 1)."""
+
+  key: str
+  what: str
+  interval: int
+
+  @property
+  def off(self) -> str:
+    """The override that compiles the run without it."""
+    return f"{self.key}=0"
+
+
+def taps(settings: Settings) -> list[Tap]:
+  """The periodic taps `settings` switch on. The compiled step holds both branches of each tap's conditional, so a
+  kernel count reads it as if it ran every step; the pre-flight compiles the run once more without it to tell what
+  it adds on the steps it runs, and averages that over its interval."""
+  intervals = {"nvfp4_stats_interval": settings.stats_interval, "nvfp4_audit_interval": settings.audit_interval}
+  return [Tap(key=key, what=TAP_KEYS[key], interval=intervals[key]) for key in TAP_KEYS if intervals[key] > 0]
+
+
+def replaced(run_overrides: Sequence[str], theirs: Sequence[str]) -> list[str]:
+  """The run's overrides with `theirs` on top (a key `theirs` sets is dropped from the run's, as maxtext refuses a
+  key given twice)."""
+  keys = {o.split("=", 1)[0] for o in theirs}
+  return [o for o in run_overrides if o.split("=", 1)[0] not in keys] + list(theirs)
+
+
 def overrides_for(run_overrides: Sequence[str], comparison: Comparison) -> list[str]:
-  """The run's overrides with the comparison's on top (a key the comparison sets is dropped from the run's, as
-  maxtext refuses a key given twice)."""
-  keys = {o.split("=", 1)[0] for o in comparison.overrides}
-  return [o for o in run_overrides if o.split("=", 1)[0] not in keys] + list(comparison.overrides)
-
-
-def _parallelism(config: Any, axis: str) -> int:
-  return int(getattr(config, f"ici_{axis}_parallelism", 1) or 1) * int(getattr(config, f"dcn_{axis}_parallelism", 1)
-                                                                       or 1)
-
-
-def mlp_widths(config: Any) -> frozenset[int]:
-  """The MLP hidden sizes a GEMM of this config carries on one device: mlp_dim (and moe_mlp_dim with experts),
-  whole and divided by the mesh axes maxtext shards the `mlp` axis over (fsdp_transpose, tensor, tensor_sequence,
-  autoregressive). An axis sized -1 (the rest of the devices) counts every power-of-two share."""
-  widths = {int(config.mlp_dim)}
-  if int(getattr(config, "num_experts", 1) or 1) > 1:
-    widths.add(int(config.moe_mlp_dim))
-  sizes = [_parallelism(config, axis) for axis in ("fsdp_transpose", "tensor", "tensor_sequence", "autoregressive")]
-  shares = {1}
-  if any(size < 0 for size in sizes):
-    shares |= {2**i for i in range(1, 16)}
-  else:
-    product = 1
-    for size in sizes:
-      product *= size
-    shares.add(product)
-  return frozenset(width // share for width in widths for share in shares if width % share == 0)
+  """The run's overrides with the comparison's on top and the periodic taps off."""
+  return replaced(run_overrides, [*comparison.overrides, *(f"{key}=0" for key in TAP_KEYS)])
 
 
 @dataclasses.dataclass(frozen=True)
 class Predicted:
   """The run's prediction and each comparison's, for one target."""
 
-  run: predict.Prediction
+  run: predict.Prediction  # its mean step: each periodic tap averaged over its interval
   against: dict[str, predict.Prediction]
+  tap_seconds: dict[str, float] = dataclasses.field(default_factory=dict)  # tap key -> seconds on its steps
 
   def speedups(self) -> dict[str, float]:
     """The run's speedup over each comparison."""
@@ -116,14 +128,15 @@ class Predicted:
 
   def as_dict(self) -> dict[str, Any]:
     return {"run": self.run.as_dict(), "against": {name: p.as_dict() for name, p in self.against.items()},
-            "speedup": self.speedups(), "amdahl_ceiling": self.ceilings(),
-            "compared_programs": {name: {"overrides": list(COMPARISONS[name].overrides),
+            "speedup": self.speedups(), "amdahl_ceiling": self.ceilings(), "tap_seconds": self.tap_seconds,
+            "compared_programs": {name: {"overrides": overrides_for([], COMPARISONS[name]),
                                          "what": COMPARISONS[name].what} for name in self.against},
             "model": "roofline per kernel, datasheet peaks, no overlap (MaxText/preflight/predict.py)"}
 
 
 def predict_all(config: Any, run: Sequence[Kernel], target: Target, names: Sequence[str],
-                kernels_of: Callable[[Comparison], list[Kernel]]) -> Predicted:
+                kernels_of: Callable[[Comparison], list[Kernel]],
+                without_taps: Sequence[tuple[Tap, Sequence[Kernel]]] = ()) -> Predicted:
   """The run's prediction and that of each named comparison.
 
   Args:
@@ -133,6 +146,8 @@ def predict_all(config: Any, run: Sequence[Kernel], target: Target, names: Seque
     names: the comparisons (keys of COMPARISONS).
     kernels_of: compiles one comparison (its overrides, in its `context()`) and returns its kernels; the caller
       decides what a failure to compile does.
+    without_taps: for each periodic tap the run has on, the run's kernels compiled without it (`Tap.off`): the
+      run's prediction is its mean step (predict.averaged), and each tap's seconds on its steps are kept.
 
   Raises:
     ValueError: a program the model cannot predict for this target (FP4 GEMMs on a GPU without them), named.
@@ -147,4 +162,7 @@ def predict_all(config: Any, run: Sequence[Kernel], target: Target, names: Seque
       raise ValueError(f"{name}: {e}") from e
 
   other = {name: predicted(name, kernels_of(COMPARISONS[name])) for name in names}
-  return Predicted(run=predicted("this run", run), against=other)
+  full = predicted("this run", run)
+  without = [(tap, predicted(f"this run without {tap.what}", found)) for tap, found in without_taps]
+  return Predicted(run=predict.averaged(full, [(p, tap.interval) for tap, p in without]), against=other,
+                   tap_seconds={tap.key: full.step_seconds - p.step_seconds for tap, p in without})

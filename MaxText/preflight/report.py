@@ -11,6 +11,7 @@ from typing import Any
 from MaxText.backends.targets import Target
 from MaxText.preflight import kernels as kernels_lib
 from MaxText.preflight import predict
+from MaxText.preflight.programs import Tap
 
 GIB = 1024**3
 #: jax's GPU allocator preallocates this share of each GPU unless XLA_PYTHON_CLIENT_MEM_FRACTION says otherwise.
@@ -61,27 +62,60 @@ class Memory:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class TapCost:
+  """What one periodic tap of the run adds on the steps it runs: the run's kernels minus those of the run compiled
+  without it, in bytes and (with --predict) predicted seconds."""
+
+  tap: Tap
+  step_bytes: int
+  seconds: float | None = None
+
+  @property
+  def mean_bytes(self) -> float:
+    """Its bytes averaged over every step: it runs one step in `interval`."""
+    return self.step_bytes / self.tap.interval
+
+  def as_dict(self) -> dict[str, Any]:
+    return {"key": self.tap.key, "interval": self.tap.interval, "bytes_on_its_steps": self.step_bytes,
+            "mean_bytes_per_step": self.mean_bytes, "seconds_on_its_steps": self.seconds}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Overhead:
-  """The kernels the plugin adds beside TE's: ours minus the same step compiled without the additions."""
+  """The kernels the plugin adds beside TE's: ours minus the same step compiled without the additions. The kernel
+  count holds both branches of a periodic tap's conditional, so `added_bytes` is a step on which every tap runs;
+  `mean_added_bytes` averages each tap (`taps`) over its interval."""
 
   added_kernels: list[kernels_lib.Kernel]  # kernels of ours with no twin (kind, bytes, runs) in the bare program
   added_bytes: int  # total kernel bytes of ours minus those of the bare program
   te_bytes: int  # bytes of TE's own quantized-GEMM kernels (quantize, RHT amax, GEMM) in the bare program
   net: list[kernels_lib.NetRow]  # the same difference per group of kernels; the rows sum to added_bytes
+  taps: tuple[TapCost, ...] = ()
 
   @property
   def fraction(self) -> float:
     return self.added_bytes / self.te_bytes if self.te_bytes else 0.0
 
+  @property
+  def mean_added_bytes(self) -> float:
+    return self.added_bytes - sum(t.step_bytes - t.mean_bytes for t in self.taps)
+
+  @property
+  def mean_fraction(self) -> float:
+    return self.mean_added_bytes / self.te_bytes if self.te_bytes else 0.0
+
   @classmethod
-  def between(cls, ours: list[kernels_lib.Kernel], bare: list[kernels_lib.Kernel]) -> Overhead:
+  def between(cls, ours: list[kernels_lib.Kernel], bare: list[kernels_lib.Kernel],
+              taps: tuple[TapCost, ...] = ()) -> Overhead:
     return cls(added_kernels=kernels_lib.added(ours, bare),
                added_bytes=kernels_lib.total_bytes(ours) - kernels_lib.total_bytes(bare),
                te_bytes=kernels_lib.total_bytes(kernels_lib.te_kernels(bare, gemm_path_only=True)),
-               net=kernels_lib.net_by_group(ours, bare))
+               net=kernels_lib.net_by_group(ours, bare), taps=taps)
 
   def as_dict(self) -> dict[str, Any]:
     return {"added_bytes": self.added_bytes, "te_bytes": self.te_bytes, "added_bytes_fraction": self.fraction,
+            "mean_added_bytes": self.mean_added_bytes, "mean_added_bytes_fraction": self.mean_fraction,
+            "taps": [t.as_dict() for t in self.taps],
             "added_kernels": [dataclasses.asdict(k) for k in self.added_kernels],
             "net_by_group": [dataclasses.asdict(row) for row in self.net]}
 
@@ -121,6 +155,13 @@ def overhead_lines(overhead: Overhead, what: str) -> list[str]:
            "  net MB per step by group (kernels matched by phase of the step and origin, not one by one: fusions "
            "differ between the two programs; the rows sum to the total):"]
   lines += [f"  {row.net_bytes / 1e6:>+12,.1f}  {row.group}" for row in overhead.net]
+  if overhead.taps:
+    lines.append("  periodic taps (counted above as if they ran every step: the program holds both branches of "
+                 "their conditional):")
+    lines += [f"    {t.tap.what} ({t.tap.key}={t.tap.interval}): {t.step_bytes / 1e6:+,.1f} MB on the steps it runs, "
+              f"{t.mean_bytes / 1e6:+,.1f} MB per step on average" for t in overhead.taps]
+    lines.append(f"  per step on average: {overhead.mean_added_bytes / 1e6:+,.1f} MB, added_bytes_fraction "
+                 f"{overhead.mean_fraction:.4f}")
   return lines
 
 
@@ -129,9 +170,10 @@ def _ms(seconds: float, decimals: int) -> str:
 
 
 def prediction_lines(run: predict.Prediction, against: dict[str, predict.Prediction], target: Target,
-                     devices: int) -> list[str]:
+                     devices: int, taps: tuple[TapCost, ...] = ()) -> list[str]:
   """The predicted step of this run and of each program it is compared with: step time, model TFLOP/s per GPU,
-  speedups over fp8 and bf16 (where compared), where the time goes, the Amdahl ceiling, what the model leaves out."""
+  speedups over fp8 and bf16 (where compared), where the time goes, the Amdahl ceiling, what the model leaves out.
+  `run` is the mean step, each of its periodic `taps` averaged over its interval; each tap's cost is said."""
   programs = {"this run": run, **against}
   bases = [name for name in ("fp8", "bf16") if name in against]
   decimals = 1 if run.step_seconds >= 0.01 else 4  # a tiny test config's step is microseconds
@@ -154,6 +196,11 @@ def prediction_lines(run: predict.Prediction, against: dict[str, predict.Predict
   for base in bases:
     lines.append(f"  Amdahl ceiling over {base} (this run's MLP GEMMs free): "
                  f"{predict.amdahl_ceiling(against[base], run):.2f}x")
+  for t in taps:
+    seconds = t.seconds or 0.0
+    lines.append(f"  {t.tap.what} ({t.tap.key}={t.tap.interval}): {_ms(seconds, decimals)} ms more on the steps "
+                 f"it runs; x{run.step_seconds / (run.step_seconds - seconds / t.tap.interval):.4f} on the mean step "
+                 "(averaged in this run's row)")
   lines.append("  not seen by the prediction: kernels below their peaks, launch gaps, cache reuse, how much "
                "communication overlaps; a real step is slower, and the ratios are the better guide")
   return lines

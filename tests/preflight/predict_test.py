@@ -15,6 +15,7 @@ from MaxText.integration import hooks
 from MaxText.preflight import predict, programs
 from MaxText.preflight.classify import Math, Work
 from MaxText.preflight.kernels import Kernel
+from tests.helpers import settings as nvfp4_settings
 
 #: Datasheet figures, dense, per GPU, as the tests expect them (MaxText/backends/targets.py cites the sources).
 GB300_FP4, GB300_FP8, GB300_BF16, GB300_HBM, NVLINK5 = 15e15, 5e15, 2.5e15, 8e12, 0.9e12
@@ -120,17 +121,39 @@ def test_predict_against_names_known_programs_once_and_refuses_the_rest():
     programs.against("nvfp4_all", h100)
 
 
-def test_a_comparison_replaces_the_run_s_own_setting_of_its_keys():
+def test_a_comparison_replaces_the_run_s_own_setting_of_its_keys_and_switches_the_taps_off():
+  """maxtext's fp8 and bf16 refuse nvfp4_stats_interval / nvfp4_audit_interval, and a comparison measures a
+  precision, not our instruments."""
   fp8 = programs.COMPARISONS["fp8"]
-  assert programs.overrides_for(["quantization=te_nvfp4", "steps=5"], fp8) == ["steps=5", "quantization=fp8"]
+  run = ["quantization=te_nvfp4", "steps=5", "nvfp4_audit_interval=100"]
+  assert programs.overrides_for(run, fp8) == ["steps=5", "quantization=fp8", "nvfp4_stats_interval=0",
+                                              "nvfp4_audit_interval=0"]
   assert programs.COMPARISONS["nvfp4_all"].upstream and not fp8.upstream
 
 
-def test_mlp_widths_follow_the_mesh_axes_that_shard_the_mlp():
-  config = types.SimpleNamespace(mlp_dim=14336, num_experts=1, ici_tensor_parallelism=4, dcn_tensor_parallelism=1)
-  assert programs.mlp_widths(config) == {14336, 3584}
-  config.ici_tensor_parallelism = -1
-  assert {14336, 7168, 3584, 1792} <= programs.mlp_widths(config)
+def test_the_taps_a_run_has_on_are_those_with_an_interval():
+  assert [(t.key, t.interval, t.off) for t in programs.taps(nvfp4_settings(audit_interval=100))] == [
+      ("nvfp4_audit_interval", 100, "nvfp4_audit_interval=0")]
+  assert [t.key for t in programs.taps(nvfp4_settings(audit_interval=100, stats_interval=10))] == [
+      "nvfp4_stats_interval", "nvfp4_audit_interval"]
+  assert programs.taps(nvfp4_settings()) == []
+
+
+def test_a_tap_counts_one_step_in_its_interval_in_the_mean_step():
+  """The kernel count holds both branches of a tap's conditional: the run with the audit at interval 100 is
+  predicted at 0.3 s + 0.2 s / 100, not 0.5 s; bytes and FLOPs likewise; and two taps each take their own share."""
+  elementwise = _kernel(Math.ELEMENTWISE, nbytes=int(0.3 * GB300_HBM))
+  audit = _kernel(Math.ELEMENTWISE, nbytes=int(0.2 * GB300_HBM))
+  stats = _kernel(Math.BF16_GEMM, flops=int(0.1 * GB300_BF16), dims=(16, 16, 16))
+  peaks = TARGETS["gb300"].peaks
+  full = predict.predict([elementwise, audit, stats], peaks, MLP)
+  without_audit = predict.predict([elementwise, stats], peaks, MLP)
+  without_stats = predict.predict([elementwise, audit], peaks, MLP)
+  mean = predict.averaged(full, [(without_audit, 100), (without_stats, 10)])
+  assert mean.step_seconds == pytest.approx(0.3 + 0.2 / 100 + 0.1 / 10, rel=1e-9)
+  assert mean.bytes[predict.Group.ELEMENTWISE] == pytest.approx(0.3 * GB300_HBM + 0.2 * GB300_HBM / 100, rel=1e-6)
+  assert mean.flops[Math.BF16_GEMM] == pytest.approx(0.1 * GB300_BF16 / 10, rel=1e-6)
+  assert predict.averaged(full, []) == full
 
 
 def test_maxtext_quantization_hands_te_nvfp4_to_maxtext_only_inside_the_block(monkeypatch):

@@ -93,3 +93,31 @@ def test_the_prediction_lines_give_step_times_speedups_and_the_ceiling():
   assert "  MLP GEMMs           100.0      300.0" in text
   assert "Amdahl ceiling over fp8 (this run's MLP GEMMs free): 2.50x" in text
   assert "not seen by the prediction" in lines[-1]
+
+
+def test_a_periodic_tap_is_reported_on_its_steps_and_averaged_over_its_interval():
+  """The audit at interval 100 adding 1,500 MB on its steps adds 15 MB per step on average; the fraction of TE's
+  bytes is given both ways, and the prediction says the tap's cost on the mean step."""
+  from MaxText.preflight import predict  # pylint: disable=import-outside-toplevel
+  from MaxText.preflight.classify import Work  # pylint: disable=import-outside-toplevel
+  from MaxText.preflight.programs import Tap  # pylint: disable=import-outside-toplevel
+
+  te = kernels_lib.Kernel(name="q", opcode="custom-call", target="te_dbias_quantize_ffi", bytes=100_000_000,
+                          op_name="jit(train_step)/jvp()/TeDotGeneral_nvfp4/x", runs=1, work=Work())
+  audit = dataclasses.replace(te, name="audit", target="", opcode="fusion:kInput", bytes=1_500_000_000)
+  tap = report.TapCost(tap=Tap(key="nvfp4_audit_interval", what="the audit", interval=100),
+                       step_bytes=1_500_000_000, seconds=0.2)
+  overhead = report.Overhead.between([te, audit], [te], (tap,))
+  assert overhead.fraction == pytest.approx(15.0) and overhead.mean_fraction == pytest.approx(0.15)
+  text = "\n".join(report.overhead_lines(overhead, "against the bare step"))
+  assert "the audit (nvfp4_audit_interval=100): +1,500.0 MB on the steps it runs, +15.0 MB per step" in text
+  assert "per step on average: +15.0 MB, added_bytes_fraction 0.1500" in text
+  assert overhead.as_dict()["mean_added_bytes_fraction"] == pytest.approx(0.15)
+
+  seconds = dict.fromkeys(predict.Group, 0.0)
+  seconds[predict.Group.ELEMENTWISE] = 0.302
+  run = predict.Prediction(seconds=seconds, bytes=dict.fromkeys(predict.Group, 0),
+                           kernels=dict.fromkeys(predict.Group, 0), flops={})
+  lines = report.prediction_lines(run, {}, TARGETS["b200"], 8, (tap,))
+  assert any("the audit (nvfp4_audit_interval=100): 200.0 ms more on the steps it runs; x1.0067 on the mean step"
+             in line for line in lines)

@@ -37,10 +37,11 @@ def _last_line(stderr: str) -> str:
 
 
 def test_a_tiny_te_nvfp4_step_fits_one_b200_and_reports_te_and_the_plugins_bytes(te, tmp_path):
+  """With the audit on every 5th step: its bytes on the steps it runs (one more compile, without it) and averaged."""
   del te
   out = tmp_path / "preflight.json"
-  proc = _preflight(str(TINY_YML.relative_to(REPO_ROOT)), *TINY_TE, "--target", "b200", "--devices", "1",
-                    "--json", str(out))
+  proc = _preflight(str(TINY_YML.relative_to(REPO_ROOT)), *TINY_TE, "nvfp4_audit_interval=5", "--target", "b200",
+                    "--devices", "1", "--json", str(out))
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert "per-device memory on 1 x NVIDIA B200" in proc.stdout and "fits," in proc.stdout
   report = json.loads(out.read_text())
@@ -51,15 +52,23 @@ def test_a_tiny_te_nvfp4_step_fits_one_b200_and_reports_te_and_the_plugins_bytes
   assert rows and sum(row["net_bytes"] for row in rows) == report["overhead"]["added_bytes"]
   compiled = [line for line in proc.stdout.splitlines() if line.startswith("compiled the train step")]
   assert [line.split(": ", 1)[1] for line in compiled] == [
-      "this run", "the overhead comparison (nvfp4_nonfinite_check=false nvfp4_stats_interval=0)"]
+      "this run", "the run without the audit (nvfp4_audit_interval=0), to count what it adds",
+      "the overhead comparison (nvfp4_nonfinite_check=false nvfp4_stats_interval=0 nvfp4_audit_interval=0)"]
+  (tap,) = report["overhead"]["taps"]
+  assert tap["key"] == "nvfp4_audit_interval" and tap["interval"] == 5 and tap["bytes_on_its_steps"] > 0
+  overhead = report["overhead"]
+  assert overhead["mean_added_bytes"] == pytest.approx(overhead["added_bytes"] - tap["bytes_on_its_steps"] * 4 / 5)
+  assert "the audit (nvfp4_audit_interval=5): +" in proc.stdout and "per step on average: +" in proc.stdout
 
 
 def test_predict_reports_step_times_ratios_and_where_the_time_goes(te, tmp_path):
-  """--predict against maxtext's fp8 on one B200: two compiles of the tiny model, the report's rows, the JSON."""
+  """--predict against maxtext's fp8 on one B200 for a run with statistics every 10th step: three compiles of the
+  tiny model (the run, the run without its statistics, fp8 with the taps off as maxtext's fp8 requires), the
+  report's rows, the JSON."""
   del te
   out = tmp_path / "predict.json"
-  proc = _preflight(str(TINY_YML.relative_to(REPO_ROOT)), *TINY_TE, "--target", "b200", "--devices", "1",
-                    "--no-overhead", "--predict-against", "fp8", "--json", str(out))
+  proc = _preflight(str(TINY_YML.relative_to(REPO_ROOT)), *TINY_TE, "nvfp4_stats_interval=10", "--target", "b200",
+                    "--devices", "1", "--no-overhead", "--predict-against", "fp8", "--json", str(out))
   assert proc.returncode == 0, proc.stderr[-3000:]
   prediction = json.loads(out.read_text())["prediction"]
   run, fp8 = prediction["run"], prediction["against"]["fp8"]
@@ -70,10 +79,12 @@ def test_predict_reports_step_times_ratios_and_where_the_time_goes(te, tmp_path)
   assert fp8["tflops_per_step"]["fp8_gemm"] > 0 and run["model_tflops_per_gpu"] > 0
   assert prediction["speedup"]["fp8"] == pytest.approx(fp8["step_seconds"] / run["step_seconds"])
   assert prediction["amdahl_ceiling"]["fp8"] >= prediction["speedup"]["fp8"]
-  assert prediction["compared_programs"]["fp8"]["overrides"] == ["quantization=fp8"]
+  assert prediction["compared_programs"]["fp8"]["overrides"] == ["quantization=fp8", "nvfp4_stats_interval=0",
+                                                                 "nvfp4_audit_interval=0"]
+  assert prediction["tap_seconds"]["nvfp4_stats_interval"] > 0
   report = proc.stdout[proc.stdout.index("predicted step time on 1 x NVIDIA B200"):]
   for row in ("this run", "fp8", "MLP GEMMs", "communication", "unclassified", "Amdahl ceiling over fp8",
-              "not seen by the prediction"):
+              "the statistics (nvfp4_stats_interval=10): ", "not seen by the prediction"):
     assert f"  {row}" in report, row
   assert "Warning: " not in proc.stderr  # Python's warnings are held until after the report, on stdout
   if "warnings and log messages" in proc.stdout:
@@ -119,12 +130,12 @@ def _audit_module():
 
 
 def test_the_plugin_adds_at_most_5_percent_to_te_in_the_llama3_8b_layer(te, blackwell):
-  """The lean non-finite guard (MaxText.backends.te.nonfinite_guard): in the first form (a select against a NaN
+  """The lean non-finite guard (MaxText.backends.stages.guard): in the first form (a select against a NaN
   tensor, verdicts recomputed by remat) this was 0.675."""
   del te, blackwell
   from MaxText.preflight import deviceless  # pylint: disable=import-outside-toplevel
 
-  deviceless.answer_fused_attention()  # the recipe's attention=cudnn_flash_te asks cuDNN at trace time
+  deviceless.answer()  # Blackwell's answers, cuDNN's fused attention among them (the recipe's attention=cudnn_flash_te)
   audit = _audit_module()
   step = audit.whole_step("configs/recipes/llama3_8b_te_nvfp4.yml",
                           ["override_model_config=true", "base_num_decoder_layers=2"], "b200", 1)
