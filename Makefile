@@ -19,8 +19,9 @@ setup: ## Create/refresh .venv with ./setup.sh (seconds when nothing changed).
 
 test: test-cpu test-te ## The CPU suite, then the TE group (what CI runs).
 
-# Both cores: pytest-xdist, a test file per worker (module fixtures such as a file's training runs stay on one).
-PYTEST := $(PY) -m pytest -q -n 2 --dist loadfile
+# Both cores: pytest-xdist, a test file per worker (module fixtures such as a file's training runs stay on one), in
+# the order tests/conftest.py gives (files with the most `slow` tests first; xdist would reorder by test count).
+PYTEST := $(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder
 
 test-cpu: setup ## The CPU suite in .venv (everything but tests/te).
 	$(PYTEST) tests --ignore=tests/te

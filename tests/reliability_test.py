@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 import subprocess
 import sys
 import time
@@ -28,6 +29,8 @@ pytestmark = pytest.mark.slow
 STEPS = 10
 MAX_DRIFT = 0.05
 _NVFP4 = ["quantization=te_nvfp4", "nvfp4_backend=emulated", f"steps={STEPS}", "learning_rate_schedule_steps=10"]
+#: Asynchronous checkpoints every 4 steps, for the resume tests.
+_CHECKPOINTS = ["enable_checkpointing=true", "checkpoint_period=4", "async_checkpointing=true"]
 
 #: name -> (overrides, simulated CPU devices, the single-device run it must track, step-0 bound). maxtext's synthetic
 #: data draws its tokens for the whole global batch, so each run is compared with a single-device run of the same
@@ -37,7 +40,8 @@ _LAYOUTS = {
     "tensor4": (["ici_fsdp_parallelism=1", "ici_tensor_parallelism=4", "per_device_batch_size=1"], 4, "single", 0.02),
     "fsdp2_tensor2": (["ici_fsdp_parallelism=2", "ici_tensor_parallelism=2", "per_device_batch_size=1"], 4, "single",
                       0.02),
-    "grad_accum2": (["gradient_accumulation_steps=2", "per_device_batch_size=2"], 1, "single", 0.02),
+    # Also checkpoints (asynchronously): test_resume_is_bit_identical resumes it.
+    "grad_accum2": (["gradient_accumulation_steps=2", "per_device_batch_size=2", *_CHECKPOINTS], 1, "single", 0.02),
     "single8": (["per_device_batch_size=8"], 1, None, 0.0),
     "fsdp8": (["ici_fsdp_parallelism=8", "per_device_batch_size=1"], 8, "single8", 1e-3),
 }
@@ -48,8 +52,14 @@ def _devices_env(n: int) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def layouts(tmp_path_factory, jax_cache_dir) -> dict[str, list[float]]:
-  root = tmp_path_factory.mktemp("layouts")
+def layouts_dir(tmp_path_factory) -> pathlib.Path:
+  """Where the layouts train: each run's output folder is `<layouts_dir>/<name>`."""
+  return tmp_path_factory.mktemp("layouts")
+
+
+@pytest.fixture(scope="module")
+def layouts(layouts_dir, jax_cache_dir) -> dict[str, list[float]]:
+  root = layouts_dir
   losses = {}
   for name, (overrides, devices, _, _) in _LAYOUTS.items():
     run = train_cli([f"run_name={name}", f"base_output_directory={root}", f"metrics_file={root / name}.jsonl",
@@ -93,16 +103,17 @@ def test_two_processes_through_jax_distributed_track_one_process(layouts, tmp_pa
   assert abs(losses[0] - single[0]) < 1e-3 and max(abs(a - b) for a, b in zip(losses, single)) < MAX_DRIFT
 
 
-@pytest.mark.parametrize("extra", [["async_checkpointing=true", "scan_layers=false"],
-                                   ["async_checkpointing=true", "gradient_accumulation_steps=2",
-                                    "per_device_batch_size=2"]],
-                         ids=["async_scan_off", "async_grad_accum"])
-def test_resume_is_bit_identical(tmp_path, jax_cache_dir, extra) -> None:
-  """A run resumed from its step-4 checkpoint repeats the straight run's later losses exactly."""
-  common = [*_NVFP4, "enable_checkpointing=true", "checkpoint_period=4", *extra]
-  straight = train_cli([*common, f"base_output_directory={tmp_path}", "run_name=ck",
-                        f"metrics_file={tmp_path / 'straight.jsonl'}"], jax_cache_dir)
-  assert straight.returncode == 0, straight.stderr[-4000:]
-  full = read_losses(tmp_path / "straight.jsonl")
-  after = resumed_losses(tmp_path, "ck", 4, common, jax_cache_dir)
+@pytest.mark.parametrize("layout", [None, "grad_accum2"], ids=["async_scan_off", "async_grad_accum"])
+def test_resume_is_bit_identical(layout, layouts, layouts_dir, tmp_path, jax_cache_dir) -> None:
+  """A run resumed from its step-4 checkpoint repeats the straight run's later losses exactly: an unscanned model
+  (trained here), and the gradient-accumulation layout (its run above is the straight run)."""
+  if layout is None:
+    root, name, common = tmp_path, "ck", [*_NVFP4, *_CHECKPOINTS, "scan_layers=false"]
+    straight = train_cli([*common, f"base_output_directory={root}", f"run_name={name}",
+                          f"metrics_file={root / name}.jsonl"], jax_cache_dir)
+    assert straight.returncode == 0, straight.stderr[-4000:]
+    full = read_losses(root / f"{name}.jsonl")
+  else:
+    root, name, common, full = layouts_dir, layout, [*_NVFP4, *_LAYOUTS[layout][0]], layouts[layout]
+  after = resumed_losses(root, name, 4, common, jax_cache_dir)
   assert [after[s] for s in range(5, STEPS)] == full[5:], (after, full)

@@ -29,17 +29,19 @@ def _assert_trained(run: Run, metrics_file: pathlib.Path, steps: int) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("quantization", ["", "fp8"], ids=["bf16", "fp8"])
-def test_tiny_trains_via_module(run_train, tmp_path: pathlib.Path, quantization: str) -> None:
-  """`python -m MaxText.train configs/tiny.yml ...` completes N steps and writes N finite losses."""
+def test_tiny_trains_via_module(run_train, tmp_path: pathlib.Path) -> None:
+  """`python -m MaxText.train configs/tiny.yml ...` in BF16 (no quantization) completes N steps with N finite losses.
+
+  maxtext's own fp8 through the same command is train_runs_test.py's reference run.
+  """
   metrics = tmp_path / "metrics.jsonl"
   run = run_train(
       [
-          f"run_name=tiny_{quantization or 'bf16'}",
+          "run_name=tiny_bf16",
           f"base_output_directory={tmp_path / 'out'}",
           "steps=3",
           f"metrics_file={metrics}",
-          f"quantization={quantization}",
+          "quantization=",
       ]
   )
   _assert_trained(run, metrics, steps=3)
@@ -72,18 +74,17 @@ def test_tiny_trains_via_file_with_plugin_keys(run_train, tmp_path: pathlib.Path
     "override, expected",
     [
         ("nvfp4_bakend=te", ["unknown config key 'nvfp4_bakend'", "did you mean 'nvfp4_backend'"]),
-        ("nvfp4_stochastic_rounding=maybe", ["nvfp4_stochastic_rounding='maybe'", "valid boolean"]),
         ("quantization=bogus", ["quantization='bogus'", "valid choices:", "'fp8'", "'te_nvfp4'"]),
         ("quantization=te_nvfp4 base_mlp_dim=200", ["mlp/wi_0 has N = 200 from mlp_dim=200 (base_mlp_dim=200)"]),
-        ("quantization=te_nvfp4 max_target_length=40 per_device_batch_size=1",
-         ["M (tokens) = 40 from per_device_batch_size=1 max_target_length=40", "e.g. 48"]),
     ],
-    ids=["misspelt_key", "wrong_type", "bad_quantization", "mlp_dim", "tokens"],
+    ids=["misspelt_key", "bad_choice", "mlp_dim"],
 )
 def test_bad_config_fails_in_one_line(run_train, tmp_path: pathlib.Path, override: str, expected: list[str]) -> None:
   """A bad key or value exits 2 with one `config error` line naming it, and no traceback.
 
-  Each kind of error's wording is covered in-process by integration/config_test.py; these check the CLI plumbing.
+  Each kind of error's wording (a wrong type, tokens that do not tile, ...) is covered in-process by
+  integration/config_test.py; these check the CLI plumbing once per place an error is raised: our unknown-key check,
+  maxtext's pydantic validation, and our GEMM-shape check after the config loads (each case is a ~7 s subprocess).
   """
   run = run_train([f"base_output_directory={tmp_path}", *override.split()], timeout=120)
   assert run.returncode == 2, run.stderr[-3000:]

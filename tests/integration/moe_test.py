@@ -5,7 +5,8 @@ The training runs (module-scoped, subprocesses through the CLI, ~5 runs of 20 st
   mixtral_sparse  Mixtral-style, sparse_matmul=true megablox=false (jax.lax.ragged_dot)
   mixtral_dense   Mixtral-style, sparse_matmul=false (quant.einsum)
   mixtral_bf16    the same model with nvfp4_mlp_precision=bf16 (experts BF16 too): the baseline
-  deepseek_sparse DeepSeek-style (MLA, 1 dense layer, shared expert, sigmoid routing with bias), megablox gmm
+  deepseek_sparse DeepSeek-style (MLA, 1 dense layer, shared expert, sigmoid routing with bias), megablox gmm,
+                  statistics every 5 steps
   deepseek_bf16   its baseline
 """
 
@@ -34,6 +35,8 @@ DEEPSEEK = ["decoder_block=deepseek", "attention_type=mla", "q_lora_rank=0", "kv
             "num_experts_per_tok=2", "shared_experts=1", "base_moe_mlp_dim=128", "routed_score_func=sigmoid",
             "routed_bias=true"]
 STEPS = 20
+#: deepseek_sparse's statistics interval: steps 0, 5, 10 and 15 report.
+DEEPSEEK_STATS = 5
 #: Final-loss bound against the all-BF16 baseline (nats). Measured on these runs at step 20: Mixtral +0.036 on both
 #: paths, DeepSeek +0.156 (+0.136 of it from its dense layer and shared expert in NVFP4: the same run with
 #: nvfp4_moe_experts=bf16; the dense tiny Llama's te_nvfp4 gap to fp8 is +0.15 at 25 steps, train_runs_test.py).
@@ -47,7 +50,9 @@ _RUNS = {
     "mixtral_sparse": [*MIXTRAL, "sparse_matmul=true", "megablox=false"],
     "mixtral_dense": [*MIXTRAL, "sparse_matmul=false"],
     "mixtral_bf16": [*MIXTRAL, "megablox=false", "nvfp4_mlp_precision=bf16"],
-    "deepseek_sparse": [*DEEPSEEK, "sparse_matmul=true", "megablox=true"],
+    # Statistics every 5 steps too (they leave the losses unchanged): megablox's experts, the shared expert and the
+    # dense layer each report theirs. (cb3b295, before the GEMM pipeline, failed to trace statistics here.)
+    "deepseek_sparse": [*DEEPSEEK, "sparse_matmul=true", "megablox=true", f"nvfp4_stats_interval={DEEPSEEK_STATS}"],
     "deepseek_bf16": [*DEEPSEEK, "nvfp4_mlp_precision=bf16"],
     # The recipe's BF16 switches reach the experts (Mixtral's only NVFP4 GEMMs): late switch, BF16 last layer.
     "mixtral_late": [*MIXTRAL, "sparse_matmul=true", "megablox=false", "nvfp4_bf16_from_step=1",
@@ -164,6 +169,24 @@ def test_expert_statistics_per_stack_leave_the_losses_unchanged(runs):
       base = f"nvfp4/layer_{layer:02d}/MoeBlock_0/experts/{gemm}/dgrad_dy"
       assert 0 < first[f"{base}/rel_error"] <= first[f"{base}/rel_error_worst"] < 0.5, (base, first)
       assert 0 <= first[f"{base}/underflow"] <= first[f"{base}/underflow_worst"] <= 1, base
+
+
+@pytest.mark.slow
+def test_statistics_of_megablox_experts_shared_expert_and_dense_layer(runs):
+  """DeepSeek: every NVFP4 GEMM kind reports its statistics on the statistics steps, and only there."""
+  rows = [json.loads(line) for line in (runs["deepseek_sparse"] / "metrics.jsonl").read_text().splitlines()]
+  rows = [r for r in rows if "learning/loss" in r]
+  assert len(rows) == STEPS
+  for step, row in enumerate(rows):
+    keys = [k for k in row if k.startswith("nvfp4/")]
+    if step % DEEPSEEK_STATS:
+      assert not keys, (step, keys[:3])
+      continue
+    for module in ("layer_00/mlp", "layer_01/DeepSeekMoeBlock_0/shared_experts",
+                   "layer_01/DeepSeekMoeBlock_0/MoeBlock_0/experts"):
+      for gemm in ("wi_0", "wi_1", "wo"):
+        base = f"nvfp4/{module}/{gemm}/dgrad_dy"
+        assert 0 < row[f"{base}/rel_error"] < 0.5 and row[f"{base}/amax"] > 0, (step, base, sorted(keys)[:5])
 
 
 @pytest.mark.slow

@@ -2,7 +2,8 @@
 """`python -m MaxText.selfcheck` on this CPU machine: the emulator is the candidate, every check holds (exit 0), a
 fault fails naming its operand (exit 1), bad input is one line (exit 2); the report as a table and JSON.
 
-Through subprocesses: the command line installs its one-line config-error handler for the whole process."""
+Through subprocesses where a config loads: the command line installs its one-line config-error handler for the whole
+process. Options and the config's own refusals are checked in this process."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import sys
 
 import pytest
 
+from MaxText.selfcheck import __main__ as selfcheck_main
+from MaxText.selfcheck import run
 from tests.helpers import REPO_ROOT, TINY_YML
 
 _SMALL = [str(TINY_YML), "quantization=te_nvfp4", "base_emb_dim=32", "base_mlp_dim=64", "per_device_batch_size=1",
@@ -45,13 +48,33 @@ def test_a_fault_fails_naming_its_operand():
 
 @pytest.mark.parametrize(("args", "expected"), [
     (["--with-fault", "nope"], "argument --with-fault: invalid choice: 'nope'"),
-    pytest.param(["--compile-only"], "--compile-only and --target go together", marks=pytest.mark.slow),
-    pytest.param(["quantization=fp8"], "quantization=fp8: the self-check needs an NVFP4 mode", marks=pytest.mark.slow),
-    pytest.param(["nvfp4_mlp_precision=bf16"], "nvfp4_mlp_precision=bf16: no MLP GEMM runs in NVFP4",
-                 marks=pytest.mark.slow),
-    pytest.param(["nvfp4_backend=bogus"], "nvfp4_backend='bogus' is not a valid choice", marks=pytest.mark.slow),
+    (["--compile-only"], "--compile-only and --target go together"),
+])
+def test_a_bad_option_is_one_line_and_exit_2(args, expected, capsys):
+  """Options are read before anything loads, in this process: the same one line the command prints."""
+  with pytest.raises(SystemExit) as exited:
+    selfcheck_main.parse_args([*_SMALL, *args])
+  lines = capsys.readouterr().err.splitlines()
+  assert exited.value.code == 2 and len(lines) == 1, lines
+  assert lines[0].startswith("MaxText.selfcheck: ") and expected in lines[0], lines
+
+
+@pytest.mark.parametrize(("overrides", "expected"), [
+    (["quantization=fp8"], "quantization=fp8: the self-check needs an NVFP4 mode"),
+    (["quantization=te_nvfp4", "nvfp4_mlp_precision=bf16"], "nvfp4_mlp_precision=bf16: no MLP GEMM runs in NVFP4"),
+])
+def test_a_config_with_nothing_to_check_is_named(load_config, overrides, expected):
+  with pytest.raises(run.BadInput, match=expected):
+    run.shapes_of(load_config(TINY_YML, *overrides))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("args", "expected"), [
+    (["quantization=fp8"], "quantization=fp8: the self-check needs an NVFP4 mode"),
+    (["nvfp4_backend=bogus"], "nvfp4_backend='bogus' is not a valid choice"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, expected):
+  """Through the command line, once per way a config is refused: the self-check's own check, maxtext's loader."""
   proc = _selfcheck(*args)
   lines = [line for line in proc.stderr.splitlines() if line.startswith("MaxText.selfcheck:")]
   assert proc.returncode == 2 and len(lines) == 1 and expected in lines[0], proc.stderr[-2000:]
