@@ -21,6 +21,7 @@ Exit 2 with one line: a config that is not NVFP4 on TE, an unknown target, a dev
 from __future__ import annotations
 
 import argparse
+import collections
 import dataclasses
 import json
 import os
@@ -38,6 +39,7 @@ from MaxText.backends.targets import TARGETS
 from MaxText.integration import cli, seam
 from MaxText.preflight import __main__ as preflight
 from MaxText.preflight import kernels as kernels_lib
+from MaxText.preflight import programs
 from MaxText.preflight import report
 
 DEFAULT_CONFIG = "configs/recipes/llama3_8b_te_nvfp4.yml"
@@ -116,17 +118,17 @@ def quantize_calls(found: list[kernels_lib.Kernel]) -> dict[str, int]:
   """TE's quantize kernels of the step by where they run: the forward, the backward, and the forward recomputed
   in the backward (remat: a name stack with "rematted_computation"), which must be none."""
   calls = [k for k in found if k.target == QUANTIZE]
-  remat = [k for k in calls if "rematted_computation" in k.op_name]
-  backward = [k for k in calls if "transpose(" in k.op_name and k not in remat]
-  return {"forward": len(calls) - len(backward) - len(remat), "backward": len(backward), "recomputed": len(remat)}
+  by_phase = collections.Counter(kernels_lib.phase(k) for k in calls)
+  backward, remat = by_phase["backward"], by_phase["recomputed forward"]
+  return {"forward": len(calls) - backward - remat, "backward": backward, "recomputed": remat}
 
 
 def whole_step(config_path: str, overrides: list[str], target: str, devices: int) -> dict[str, Any]:
   """View 2: the train step with the plugin's additions against the same step without them."""
   config = preflight.load_config(config_path, overrides, devices)
   ours = preflight.compile_step(config, target, devices)
-  bare = preflight.compile_step(preflight.load_config(config_path, [*overrides, *preflight.BARE_OVERRIDES],
-                                                      devices), target, devices)
+  bare_overrides = programs.replaced(overrides, preflight.BARE_OVERRIDES)
+  bare = preflight.compile_step(preflight.load_config(config_path, bare_overrides, devices), target, devices)
   found = kernels_lib.kernels(ours.as_text())
   overhead = report.Overhead.between(found, kernels_lib.kernels(bare.as_text()))
   quantizes = quantize_calls(found)
