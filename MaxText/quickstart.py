@@ -39,6 +39,7 @@ from pathlib import Path
 from MaxText.compare import report as compare_report
 from MaxText.compare import runinfo
 from MaxText.data import corpus
+from MaxText.integration.cli import not_overridden
 
 #: The configs shipped with the package (MaxText/configs: in a checkout a link to configs/, in a wheel the files), so
 #: `python -m MaxText.quickstart` finds them from any directory, in an installed copy too.
@@ -234,12 +235,6 @@ def _run_dir_overrides(name: str, runs_dir: Path, jax_cache: Path) -> list[str]:
   ]
 
 
-def _not_overridden(overrides: Sequence[str], extra: Sequence[str]) -> list[str]:
-  """`overrides` without the keys `extra` sets (maxtext refuses a key given twice; the user's value wins)."""
-  given = {e.split("=", 1)[0] for e in extra}
-  return [o for o in overrides if o.split("=", 1)[0] not in given]
-
-
 def train(
     run: Run,
     *,
@@ -268,7 +263,7 @@ def train(
       *_run_dir_overrides(run.name, runs_dir, jax_cache),
       f"steps={steps}",
       *corpus.corpus_overrides(corpus_dir),
-      *_not_overridden((*run.precision.overrides_for(steps), *run.seed_overrides(), *DEVICE_OVERRIDES[device]), extra),
+      *not_overridden((*run.precision.overrides_for(steps), *run.seed_overrides(), *DEVICE_OVERRIDES[device]), extra),
       *extra,
   ]  # fmt: skip
   env = dict(os.environ)

@@ -46,6 +46,13 @@ def one_line_config_errors(argv: Sequence[str], prog: str) -> Callable[[Exceptio
   return handle
 
 
+def not_overridden(overrides: Sequence[str], extra: Sequence[str]) -> list[str]:
+  """`overrides` without the keys `extra` sets: maxtext refuses a key given twice, so a command that adds its own
+  `key=value` overrides to a user's drops the user's for those keys first."""
+  given = {e.split("=", 1)[0] for e in extra}
+  return [o for o in overrides if o.split("=", 1)[0] not in given]
+
+
 def fail(prog: str, line: str) -> NoReturn:
   """Bad input to one of our command lines: one line on stderr, prefixed by `prog`, and exit 2."""
   print(f"{prog}: {line}", file=sys.stderr)

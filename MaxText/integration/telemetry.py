@@ -31,7 +31,7 @@ from MaxText.nvfp4.stats import GEMM_OPERANDS, STAT_NAMES
 from MaxText.precision.modes import is_nvfp4
 from MaxText.precision.settings import Settings
 
-__all__ = ["PREFIX", "filter_written_metrics", "metric_name", "stats_metrics"]
+__all__ = ["PREFIX", "filter_written_metrics", "stats_metrics"]
 
 #: Every statistic's metric name starts with it (MaxText.integration.artifacts: the tools read the same names).
 PREFIX = artifacts.STATS_PREFIX
@@ -55,10 +55,6 @@ _TAPS = (
     _Tap(STATS_NAME, artifacts.stat_name, STAT_NAMES, Settings.is_stats_step, counts=False),
     _Tap(AUDIT_NAME, artifacts.audit_name, audit.COLUMNS, Settings.is_audit_step, counts=True),
 )
-
-
-def metric_name(layer: int, gemm: tuple[str, ...], operand: str, stat: str) -> str:
-  return artifacts.stat_name(layer, "/".join(gemm), operand, stat)
 
 
 def _model_path(path: tuple[Any, ...]) -> tuple[str, ...]:

@@ -54,7 +54,7 @@ from MaxText.preflight import report
 PROG = "MaxText.preflight"
 #: The keys switched off for the comparison program: everything the plugin adds around TE's dense that is not
 #: the recipe itself (the switches and BF16 layers are the recipe a user chose, so they stay).
-BARE_OVERRIDES = ("nvfp4_nonfinite_check=false", "nvfp4_stats_interval=0", "nvfp4_audit_interval=0")
+BARE_OVERRIDES = ("nvfp4_nonfinite_check=false", *programs.TAPS_OFF)
 
 
 def fail(line: str) -> NoReturn:

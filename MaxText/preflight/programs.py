@@ -17,6 +17,7 @@ from typing import Any, ContextManager
 
 from MaxText.backends.targets import Target
 from MaxText.integration import hooks
+from MaxText.integration.cli import not_overridden
 from MaxText.integration.flops import training_flops
 from MaxText.integration.shapes import mlp_widths
 from MaxText.precision.settings import Settings
@@ -74,6 +75,8 @@ def against(text: str | None, target: Target) -> tuple[str, ...]:
 #: The plugin's taps that run every N steps (a `lax.cond` in the step): key -> what it is. A comparison program
 #: switches them off: it measures a precision, not our instruments, and maxtext's own modes refuse them.
 TAP_KEYS = {"nvfp4_stats_interval": "the statistics", "nvfp4_audit_interval": "the audit"}
+#: The overrides that switch every periodic tap off.
+TAPS_OFF = tuple(f"{key}=0" for key in TAP_KEYS)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -101,13 +104,12 @@ def taps(settings: Settings) -> list[Tap]:
 def replaced(run_overrides: Sequence[str], theirs: Sequence[str]) -> list[str]:
   """The run's overrides with `theirs` on top (a key `theirs` sets is dropped from the run's, as maxtext refuses a
   key given twice)."""
-  keys = {o.split("=", 1)[0] for o in theirs}
-  return [o for o in run_overrides if o.split("=", 1)[0] not in keys] + list(theirs)
+  return not_overridden(run_overrides, theirs) + list(theirs)
 
 
 def overrides_for(run_overrides: Sequence[str], comparison: Comparison) -> list[str]:
   """The run's overrides with the comparison's on top and the periodic taps off."""
-  return replaced(run_overrides, [*comparison.overrides, *(f"{key}=0" for key in TAP_KEYS)])
+  return replaced(run_overrides, [*comparison.overrides, *TAPS_OFF])
 
 
 @dataclasses.dataclass(frozen=True)

@@ -7,3 +7,6 @@
   checks      quantization bit for bit (stochastic rounding by its definition), GEMMs within f32-accumulation bounds,
               the compiled step's FP4 GEMMs, and the speed of NVFP4, FP8 and BF16 GEMMs.
 """
+
+#: The command line's name, in its messages and as argv[0] of the config it loads.
+PROG = "MaxText.selfcheck"

@@ -32,9 +32,9 @@ if "--compile-only" in sys.argv[1:]:  # before jax loads: the compile-only GPUs 
 
 # pylint: disable=wrong-import-position  # after the environment above
 from MaxText.integration import cli, seam
+from MaxText.selfcheck import PROG
 from MaxText.selfcheck.candidates import FAULTS
 
-PROG = "MaxText.selfcheck"
 TARGETS = ("b200", "gb300")
 
 

@@ -129,8 +129,11 @@ def _case(operand: audit.Operand, ours: audit.Encoded, quantize: Callable[[jax.A
   from the rule's mean with its variance (their ratio over all of an operand's tensors is its z)."""
   found = {"codes": 0, "scales": 0, "amax": 0, "case": case, "first": None}
   deviation, variance = 0.0, 0.0
-  mean, var = (np.asarray(a, np.float64) for a in audit.sr_moments(jnp.asarray(ours.scaled)))
-  finite = np.isfinite(ours.scaled)
+  if operand.stochastic:  # the rule's mean and variance per element, the same for every draw
+    mean, var = (np.asarray(a, np.float64) for a in audit.sr_moments(jnp.asarray(ours.scaled)))
+    finite = np.isfinite(ours.scaled)
+    # Folded by the input's sign: the rule rounds magnitudes, so a bias (e.g. away from zero) keeps its sign.
+    sign = np.where(np.signbit(ours.scaled), -1.0, 1.0)
   for draw in range(draws if operand.stochastic else 1):
     codes, scales, amax = (np.asarray(a) for a in quantize(jax.random.fold_in(key, draw)))
     bad_scales = scales != ours.scales
@@ -138,8 +141,6 @@ def _case(operand: audit.Operand, ours: audit.Encoded, quantize: Callable[[jax.A
     found["amax"] += int(np.asarray(amax, np.float32).view(np.uint32) != np.asarray(ours.amax).view(np.uint32))
     if operand.stochastic:
       bad_codes = ~np.asarray(audit.neighbours(jnp.asarray(codes), jnp.asarray(ours.scaled)))
-      # Folded by the input's sign: the rule rounds magnitudes, so a bias (e.g. away from zero) keeps its sign.
-      sign = np.where(np.signbit(ours.scaled), -1.0, 1.0)
       deviation += float(np.sum(np.where(finite, sign * (_values(codes) - mean), 0.0)))
       variance += float(np.sum(np.where(finite, var, 0.0)))
     else:

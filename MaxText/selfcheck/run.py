@@ -19,12 +19,11 @@ from MaxText.nvfp4.gemm import GemmRecipe, nvfp4_dot_general
 from MaxText.precision.modes import Backend
 from MaxText.preflight import kernels as kernels_lib
 from MaxText.preflight.classify import Math
-from MaxText.selfcheck import checks
+from MaxText.selfcheck import PROG, checks
 from MaxText.selfcheck.candidates import Candidate, Emulator, Fault, TransformerEngine
 
 __all__ = ["BadInput", "compile_only", "on_this_node", "shapes_of"]
 
-PROG = "MaxText.selfcheck"
 _NN = (((1,), (0,)), ((), ()))
 
 
