@@ -21,6 +21,10 @@ from tests.helpers import BLACKWELL_SOURCE, REPO_ROOT
 RECIPES = sorted((REPO_ROOT / "configs" / "recipes").glob("*.yml"))
 SCRIPTS = REPO_ROOT / "scripts" / "recipes"
 PAIRS = {"llama3_8b": "llama3-8b", "llama3.1_405b": "llama3.1-405b"}
+# Each model's recipes: name -> (quantization, nvfp4_backend, nvfp4_attention_precision). te_nvfp4 is the recipe as
+# published (attention projections BF16); te_nvfp4_fp8attn differs from fp8 only in the MLP GEMMs.
+VARIANTS = {"fp8": ("fp8", "auto", "bf16"), "te_nvfp4": ("te_nvfp4", "te", "bf16"),
+            "te_nvfp4_fp8attn": ("te_nvfp4", "te", "fp8")}
 
 _LOADER = textwrap.dedent(
     """
@@ -30,39 +34,29 @@ _LOADER = textwrap.dedent(
     BLACKWELL_SOURCE
     register()
     from maxtext.configs import pyconfig
-    keys = sys.argv[1].split(",")
     out = {}
-    for path in sys.argv[2:]:
+    for path in sys.argv[1:]:
       c = pyconfig.initialize(["", path, "run_name=t", "skip_jax_distributed_system=true"])
-      out[path] = {k: str(getattr(getattr(c, k), "value", getattr(c, k))) for k in keys}
+      out[path] = {k: str(getattr(v, "value", v)) for k, v in c.get_keys().items()}
     print("RESULT" + json.dumps(out))
     """
 ).replace("BLACKWELL_SOURCE", BLACKWELL_SOURCE)
-_KEYS = (
-    "model_name quantization hardware attention remat_policy max_target_length ici_fsdp_parallelism dataset_type "
-    "dataset_name eval_dataset_name tokenizer_type num_decoder_layers vocab_size nvfp4_backend steps"
-).split()
 
 
-def test_four_recipes_exist():
-  assert [p.name for p in RECIPES] == [
-      "llama3.1_405b_fp8.yml",
-      "llama3.1_405b_te_nvfp4.yml",
-      "llama3_8b_fp8.yml",
-      "llama3_8b_te_nvfp4.yml",
-  ]
+def test_six_recipes_exist():
+  assert [p.name for p in RECIPES] == sorted(f"{pair}_{variant}.yml" for pair in PAIRS for variant in VARIANTS)
 
 
 @pytest.fixture(scope="module")
 def loaded(tmp_path_factory):
-  """Every recipe through pyconfig.initialize with the plugin's config class, in one subprocess.
+  """Every recipe through pyconfig.initialize with the plugin's config class, in one subprocess: every key, as str.
 
   A subprocess because maxtext's config validation writes process-wide state (XLA flags, jax config) that must not
   leak into the other tests. hardware=gpu does not block loading on CPU: only building the mesh would need a GPU.
   """
   cwd = tmp_path_factory.mktemp("load")  # maxtext_output/ lands here, not in the repository
   proc = subprocess.run(
-      [sys.executable, "-c", _LOADER, ",".join(_KEYS), *map(str, RECIPES)],
+      [sys.executable, "-c", _LOADER, *map(str, RECIPES)],
       cwd=cwd, env=dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(REPO_ROOT)),
       capture_output=True, text=True, timeout=300, check=False,
   )
@@ -72,11 +66,11 @@ def loaded(tmp_path_factory):
 
 
 @pytest.mark.parametrize("pair", sorted(PAIRS))
-@pytest.mark.parametrize("quant", ["fp8", "te_nvfp4"])
-def test_recipe_loads_with_published_settings(loaded, pair, quant):
-  c = loaded[f"{pair}_{quant}.yml"]
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_recipe_loads_with_published_settings(loaded, pair, variant):
+  c = loaded[f"{pair}_{variant}.yml"]
   assert c["model_name"] == PAIRS[pair]
-  assert c["quantization"] == quant
+  assert (c["quantization"], c["nvfp4_backend"], c["nvfp4_attention_precision"]) == VARIANTS[variant]
   assert c["hardware"] == "gpu"
   assert c["attention"] == "cudnn_flash_te"
   # 405B: the pre-flight found minimal_with_context_and_quantization needs 491 GiB per GB300 on 64 (docs/preflight.md).
@@ -86,7 +80,7 @@ def test_recipe_loads_with_published_settings(loaded, pair, quant):
   assert (c["dataset_type"], c["dataset_name"], c["eval_dataset_name"]) == ("tfds", "c4/en:3.0.1", "c4/en:3.0.1")
   assert c["tokenizer_type"] == "tiktoken" and c["vocab_size"] == "128256"
   assert c["num_decoder_layers"] == {"llama3_8b": "32", "llama3.1_405b": "126"}[pair]
-  assert c["nvfp4_backend"] == ("te" if quant == "te_nvfp4" else "auto")
+  assert c["steps"] == "10000"
 
 
 @pytest.mark.parametrize("pair", sorted(PAIRS))
@@ -97,6 +91,36 @@ def test_pair_differs_only_in_precision(pair):
   differing = {k for k in fp8.keys() | nvfp4.keys() if fp8.get(k) != nvfp4.get(k)}
   assert differing == {"run_name", "quantization", "nvfp4_backend"}
   assert fp8["base_config"] == "../base.yml"  # configs/base.yml, which chains to maxtext's
+
+
+@pytest.mark.parametrize("pair", sorted(PAIRS))
+def test_fp8_attention_recipe_is_the_nvfp4_recipe_with_fp8_attention(pair):
+  """The file itself: the te_nvfp4 recipe by inheritance, so the two cannot drift apart; only the attention key."""
+  raw = yaml.safe_load((REPO_ROOT / "configs" / "recipes" / f"{pair}_te_nvfp4_fp8attn.yml").read_text())
+  assert raw == {"base_config": f"{pair}_te_nvfp4.yml", "run_name": f"{pair}_te_nvfp4_fp8attn",
+                 "nvfp4_attention_precision": "fp8"}
+
+
+# Set from the process's XLA_FLAGS, which the first config loaded in a process writes: not the recipe's.
+_PROCESS_STATE = {"dump_hlo_xla_flags"}
+
+
+@pytest.mark.parametrize("pair", sorted(PAIRS))
+@pytest.mark.parametrize(
+    "a, b, expected",
+    [
+        ("te_nvfp4_fp8attn", "te_nvfp4", {"base_config", "nvfp4_attention_precision"}),
+        # The like-with-like pair: the MLP GEMMs' precision (quantization, backend) and nothing else. Under fp8 every
+        # projection is FP8 whatever nvfp4_attention_precision says (PluginKeys: ignored outside the NVFP4 modes).
+        ("te_nvfp4_fp8attn", "fp8", {"base_config", "quantization", "nvfp4_backend", "nvfp4_attention_precision"}),
+        ("te_nvfp4", "fp8", {"quantization", "nvfp4_backend"}),
+    ],
+)  # fmt: skip
+def test_loaded_recipes_differ_only_in_the_expected_keys(loaded, pair, a, b, expected):
+  """Every key pyconfig resolves (the plugin's too), after inheritance: another key that differs would run differently."""
+  ca, cb = loaded[f"{pair}_{a}.yml"], loaded[f"{pair}_{b}.yml"]
+  assert ca.keys() == cb.keys()
+  assert {k for k in ca if ca[k] != cb[k]} - _PROCESS_STATE == expected
 
 
 def _script(name, *args, env=None, cwd=REPO_ROOT):
@@ -114,20 +138,26 @@ def _kv(cmd):
   return dict(a.split("=", 1) for a in cmd if "=" in a and not a.startswith("-"))
 
 
-def test_throughput_dry_run(tmp_path):
-  proc = _script("throughput_pair.sh", "--dry-run", "--out", str(tmp_path), "--", "per_device_batch_size=4")
+@pytest.mark.parametrize(
+    "attention, candidate",
+    [([], "te_nvfp4_fp8attn"), (["--attention", "fp8"], "te_nvfp4_fp8attn"), (["--attention", "bf16"], "te_nvfp4")],
+)  # fmt: skip
+def test_throughput_dry_run(tmp_path, attention, candidate):
+  """By default the pair that differs only in the MLP GEMMs; the recipe as published with --attention bf16."""
+  proc = _script("throughput_pair.sh", "--dry-run", *attention, "--out", str(tmp_path), "--", "per_device_batch_size=4")
   assert proc.returncode == 0, proc.stderr
   cmds = _commands(proc.stdout)
   assert [c[0] for c in cmds] == ["mkdir", sys.executable, "mkdir", sys.executable, sys.executable]
-  for cmd, quant in ((cmds[1], "fp8"), (cmds[3], "te_nvfp4")):
-    assert cmd[1:4] == ["-m", "MaxText.train", f"configs/recipes/llama3_8b_{quant}.yml"]
+  for cmd, name in ((cmds[1], "fp8"), (cmds[3], candidate)):
+    assert cmd[1:4] == ["-m", "MaxText.train", f"configs/recipes/llama3_8b_{name}.yml"]
+    assert (REPO_ROOT / cmd[3]).is_file()
     kv = _kv(cmd)
-    assert kv["run_name"] == quant and kv["base_output_directory"] == str(tmp_path)
-    assert kv["metrics_file"] == str(tmp_path / quant / "metrics.jsonl")
+    assert kv["run_name"] == name and kv["base_output_directory"] == str(tmp_path)
+    assert kv["metrics_file"] == str(tmp_path / name / "metrics.jsonl")
     assert kv["steps"] == "50" and kv["dataset_type"] == "synthetic" and kv["per_device_batch_size"] == "4"
   compare = cmds[4]
   assert compare[1:3] == ["-m", "MaxText.compare"]
-  assert compare[3:5] == [str(tmp_path / "fp8"), str(tmp_path / "te_nvfp4")]
+  assert compare[3:5] == [str(tmp_path / "fp8"), str(tmp_path / candidate)]
   assert compare[compare.index("--baseline") + 1] == "fp8"
   assert compare[compare.index("--perf-start-step") + 1] == "10"
   assert not (tmp_path / "fp8").exists()  # a dry run creates nothing
@@ -140,17 +170,25 @@ def test_throughput_nsys_and_405b(tmp_path):
   assert len(train) == 2
   for cmd in train:
     assert cmd[:2] == ["nsys", "profile"] and "--capture-range=cudaProfilerApi" in cmd
-    assert any(a.startswith("configs/recipes/llama3.1_405b_") for a in cmd)
     kv = _kv(cmd)
     assert kv["profiler"] == "nsys" and kv["skip_first_n_steps_for_profiler"] == "10"
+  assert [a for cmd in train for a in cmd if a.startswith("configs/")] == [
+      "configs/recipes/llama3.1_405b_fp8.yml", "configs/recipes/llama3.1_405b_te_nvfp4_fp8attn.yml"]
 
 
-def test_convergence_dry_run(tmp_path):
-  proc = _script("convergence_pair.sh", "--dry-run", "--data-dir", "/data/tfds", "--steps", "2000", "--out", str(tmp_path))
+@pytest.mark.parametrize(
+    "attention, candidate",
+    [([], "te_nvfp4"), (["--attention", "bf16"], "te_nvfp4"), (["--attention", "fp8"], "te_nvfp4_fp8attn")],
+)  # fmt: skip
+def test_convergence_dry_run(tmp_path, attention, candidate):
+  """By default the recipe as published (BF16 attention projections), whose loss gap is the published one."""
+  proc = _script("convergence_pair.sh", "--dry-run", "--data-dir", "/data/tfds", "--steps", "2000", *attention,
+                 "--out", str(tmp_path))
   assert proc.returncode == 0, proc.stderr
   cmds = _commands(proc.stdout)
   train = [c for c in cmds if "MaxText.train" in c]
-  assert [c[3] for c in train] == ["configs/recipes/llama3_8b_fp8.yml", "configs/recipes/llama3_8b_te_nvfp4.yml"]
+  assert [c[3] for c in train] == ["configs/recipes/llama3_8b_fp8.yml", f"configs/recipes/llama3_8b_{candidate}.yml"]
+  assert cmds[-1][3:5] == [str(tmp_path / "fp8"), str(tmp_path / candidate)]
   for cmd in train:
     kv = _kv(cmd)
     assert kv["steps"] == "2000" and kv["dataset_path"] == "/data/tfds" and "dataset_type" not in kv
@@ -174,12 +212,17 @@ def test_convergence_eval_keys_given_by_the_user_replace_the_defaults(tmp_path):
         ("throughput_pair.sh", ["--steps", "0"], "--steps must be a positive integer"),
         ("throughput_pair.sh", ["--steps", "5"], "--perf-start-step (10) must be below --steps (5)"),
         ("throughput_pair.sh", ["--bogus"], "unknown argument '--bogus'"),
+        ("throughput_pair.sh", ["--attention", "fp4"], "--attention must be bf16 or fp8, got 'fp4'"),
+        ("throughput_pair.sh", ["--attention", "FP8"], "--attention must be bf16 or fp8, got 'FP8'"),
+        ("throughput_pair.sh", ["--attention"], "--attention must be bf16 or fp8, got ''"),
+        ("convergence_pair.sh", ["--data-dir", "/d", "--attention", "nvfp4"], "--attention must be bf16 or fp8"),
         ("convergence_pair.sh", [], "--data-dir is required"),
     ],
 )
 def test_scripts_reject_bad_arguments(script, args, message):
   proc = _script(script, "--dry-run", *args)
   assert proc.returncode == 2 and message in proc.stderr
+  assert len(proc.stderr.splitlines()) == 1 and proc.stdout == ""  # one line, and nothing printed as if to run
 
 
 _FAKE_PYTHON = """#!{python}
@@ -188,7 +231,7 @@ _FAKE_PYTHON = """#!{python}
 import json, os, runpy, sys
 if sys.argv[1:3] == ["-m", "MaxText.train"]:
   kv = dict(a.split("=", 1) for a in sys.argv[4:] if "=" in a)
-  nvfp4 = kv["run_name"] == "te_nvfp4"
+  nvfp4 = kv["run_name"].startswith("te_nvfp4")
   with open(kv["metrics_file"], "w") as f:
     for s in range(int(kv["steps"])):
       t = 1.0 if nvfp4 else 2.0
@@ -224,10 +267,10 @@ def test_throughput_pair_runs_end_to_end_on_recorded_metrics(tmp_path):
   proc = _script("throughput_pair.sh", "--out", str(out), env=_fake_tools(tmp_path, "10.0\n10.0\n"))
   assert proc.returncode == 0, proc.stderr
   assert "warning" not in proc.stderr  # two Blackwell GPUs: no complaint
-  assert "| te_nvfp4 | ok |" in proc.stdout
+  assert "| te_nvfp4_fp8attn | ok |" in proc.stdout
   report = read_report(out / "report" / "report.json")
   (c,) = report.comparisons
-  assert (c.baseline, c.candidate) == ("fp8", "te_nvfp4")
+  assert (c.baseline, c.candidate) == ("fp8", "te_nvfp4_fp8attn")
   assert c.speedup == pytest.approx(2.0) and c.loss_gap.mean_nats == pytest.approx(0.03)
   assert (out / "report" / "loss.png").is_file()
 

@@ -11,7 +11,6 @@ fi
 MIN_COMPUTE_CAP=10.0
 MODELS=(llama3_8b llama3.1_405b)
 BASELINE_QUANT="fp8"
-CANDIDATE_QUANT="te_nvfp4"
 # maxtext's nsys hook (profiler=nsys) calls cudaProfilerStart/Stop around the profiled steps; nsys records only
 # that range. Flags from the comment next to `profiler:` in maxtext's base.yml.
 NSYS_FLAGS=(profile -s none --force-overwrite true --capture-range=cudaProfilerApi --capture-range-end=stop)
@@ -21,6 +20,8 @@ NODE_RANK="${NODE_RANK:-${SLURM_PROCID:-0}}"
 
 dry_run=0
 force=0
+attention=""  # --attention: each script sets its default after sourcing this file
+candidate=""  # set_candidate
 model="llama3_8b"
 out=""
 nsys=0
@@ -31,13 +32,15 @@ die() {
   exit 2
 }
 
-# Parses the options both scripts take (--model --steps --out --nsys --dry-run --force --help, and `-- key=value`
-# overrides into `extra`). An option it does not know goes to the script's own `script_option NAME VALUE`, which
-# sets its variable and `taken` (how many words it used: 2 for an option with a value, 0 when it does not know it).
+# Parses the options both scripts take (--model --attention --steps --out --nsys --dry-run --force --help, and
+# `-- key=value` overrides into `extra`). An option it does not know goes to the script's own `script_option NAME
+# VALUE`, which sets its variable and `taken` (how many words it used: 2 for an option with a value, 0 when it does
+# not know it).
 parse_args() {
   while (( $# )); do
     case "$1" in
       --model) model="${2:?--model needs a value}"; shift 2 ;;
+      --attention) attention="${2-}"; shift $(( $# > 1 ? 2 : 1 )) ;;  # a missing value fails in set_candidate
       --steps) steps="${2:?--steps needs a value}"; shift 2 ;;
       --out) out="${2:?--out needs a value}"; shift 2 ;;
       --nsys) nsys=1; shift ;;
@@ -103,6 +106,18 @@ check_model() {
   die "unknown --model '$1' (valid: ${MODELS[*]})"
 }
 
+# The NVFP4 run for --attention ATTN: its recipe is configs/recipes/<model>_<name>.yml, and the name is its run name
+# and folder. fp8: attention projections in FP8 as in the baseline, so the pair differs only in the MLP GEMMs; bf16:
+# the recipe as published (attention projections in BF16), which differs from the baseline there too.
+# Sets `candidate`, or fails in one line (not in $(...): die must end the script).
+set_candidate() {
+  case "$1" in
+    fp8) candidate="te_nvfp4_fp8attn" ;;
+    bf16) candidate="te_nvfp4" ;;
+    *) die "--attention must be bf16 or fp8, got '$1'" ;;
+  esac
+}
+
 check_positive_int() {
   [[ "$2" =~ ^[1-9][0-9]*$ ]] || die "$1 must be a positive integer, got '$2'"
 }
@@ -122,28 +137,29 @@ print(path)
 EOF
 }
 
-# train_run MODEL QUANT OUT NSYS PROFILE_START [key=value ...]: one `python -m MaxText.train` run named QUANT.
+# train_run MODEL NAME OUT NSYS PROFILE_START [key=value ...]: one `python -m MaxText.train` run of the recipe
+# configs/recipes/MODEL_NAME.yml, named NAME (its folder in OUT and the report's name for it).
 train_run() {
-  local model="$1" quant="$2" out="$3" nsys="$4" profile_start="$5"
+  local model="$1" name="$2" out="$3" nsys="$4" profile_start="$5"
   shift 5
-  local recipe="configs/recipes/${model}_${quant}.yml"
+  local recipe="configs/recipes/${model}_${name}.yml"
   [[ -f "$REPO_ROOT/$recipe" ]] || die "missing recipe $recipe"
-  local metrics="$out/$quant/metrics.jsonl"
-  (( NODE_RANK == 0 )) || metrics="$out/$quant/metrics.rank${NODE_RANK}.jsonl"
-  local cmd=("$PYTHON" -m MaxText.train "$recipe" "run_name=$quant" "base_output_directory=$out" "metrics_file=$metrics")
+  local metrics="$out/$name/metrics.jsonl"
+  (( NODE_RANK == 0 )) || metrics="$out/$name/metrics.rank${NODE_RANK}.jsonl"
+  local cmd=("$PYTHON" -m MaxText.train "$recipe" "run_name=$name" "base_output_directory=$out" "metrics_file=$metrics")
   if (( nsys )); then
-    cmd=(nsys "${NSYS_FLAGS[@]}" -o "$out/$quant/profile.rank${NODE_RANK}" "${cmd[@]}" profiler=nsys
+    cmd=(nsys "${NSYS_FLAGS[@]}" -o "$out/$name/profile.rank${NODE_RANK}" "${cmd[@]}" profiler=nsys
       "skip_first_n_steps_for_profiler=$profile_start" profiler_steps=5)
   fi
-  run mkdir -p "$out/$quant"  # maxtext appends to metrics_file but does not create its folder
+  run mkdir -p "$out/$name"  # maxtext appends to metrics_file but does not create its folder
   run "${cmd[@]}" "$@"
 }
 
-# compare_runs OUT [compare flags ...]: the FP8-vs-NVFP4 report in OUT/report (rank 0 only).
+# compare_runs OUT CANDIDATE [compare flags ...]: the FP8-vs-NVFP4 report in OUT/report (rank 0 only).
 compare_runs() {
-  local out="$1"
-  shift
+  local out="$1" candidate="$2"
+  shift 2
   (( NODE_RANK == 0 )) || return 0
-  run "$PYTHON" -m MaxText.compare "$out/$BASELINE_QUANT" "$out/$CANDIDATE_QUANT" --baseline "$BASELINE_QUANT" \
+  run "$PYTHON" -m MaxText.compare "$out/$BASELINE_QUANT" "$out/$candidate" --baseline "$BASELINE_QUANT" \
     --out "$out/report" "$@"
 }
