@@ -72,9 +72,25 @@ FAULTS: dict[str, Fault] = {f.name: f for f in (
     Fault("code-round", "fprop_x", "E2M1 element codes rounded toward zero instead of to nearest-even"),
     Fault("rht-sign", "wgrad_x", "one sign of the random Hadamard transform flipped"),
     Fault("sr-bias", "dgrad_dy", "stochastic rounding's random bits shifted up by 1/16 of a grid step"),
+    Fault("sr-bias-small", "dgrad_dy", "stochastic rounding's random bits shifted up by 1/64 of a grid step (the "
+          "smallest bias the mean test claims, docs/blackwell.md)"),
+    Fault("amax-ulp", "fprop_x", "the tensor amax one float32 ulp up (codes and scales quantized with it)"),
+    Fault("shard-amax", "fprop_x", "the tensor amax taken over the first half of the rows only, as if per data shard "
+          "(codes and scales quantized with it)"),
 )}
 _FLIPPED = hadamard.RHT_SIGNS * np.where(np.arange(len(hadamard.RHT_SIGNS)) == 5, -1, 1).astype(np.float32)
-_SR_SHIFT = 16  # of 256: 1/16 of a step
+#: Each SR fault's shift of the 8 random bits, of 256: the bias in grid steps is shift / 256.
+_SR_SHIFT = {"sr-bias": 16, "sr-bias-small": 4}
+
+
+def _amax_one_ulp_up(tensor: jax.Array, operand: audit.Operand) -> audit.Encoded:
+  whole = audit.encode(tensor, operand).amax
+  return audit.encode(tensor, operand, amax=jnp.nextafter(whole, jnp.float32(jnp.inf)))
+
+
+def _amax_of_first_half(tensor: jax.Array, operand: audit.Operand) -> audit.Encoded:
+  shard = audit.encode(tensor[: tensor.shape[0] // 2], operand).amax
+  return audit.encode(tensor, operand, amax=shard)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,12 +111,15 @@ class Emulator:
     steps: dict[str, Callable[..., Any]] = {"scale-round": lambda: audit.encode(tensor, operand, to_e4m3=_e4m3_up),
                                             "code-round": lambda: audit.encode(tensor, operand,
                                                                                codes=_codes_toward_zero),
-                                            "rht-sign": lambda: audit.encode(tensor, operand, rht_signs=_FLIPPED)}
+                                            "rht-sign": lambda: audit.encode(tensor, operand, rht_signs=_FLIPPED),
+                                            "amax-ulp": lambda: _amax_one_ulp_up(tensor, operand),
+                                            "shard-amax": lambda: _amax_of_first_half(tensor, operand)}
     if self.fault.name in steps:
       encoded = steps[self.fault.name]()
       return encoded.codes, encoded.scales, encoded.amax
-    encoded = audit.encode(tensor, operand)  # sr-bias
-    bits = jnp.minimum(random_bits(key, encoded.scaled.shape).astype(jnp.int32) + _SR_SHIFT, 255).astype(jnp.uint8)
+    encoded = audit.encode(tensor, operand)  # sr-bias, sr-bias-small
+    shift = _SR_SHIFT[self.fault.name]
+    bits = jnp.minimum(random_bits(key, encoded.scaled.shape).astype(jnp.int32) + shift, 255).astype(jnp.uint8)
     return e2m1_codes(stochastic_round_to_grid(encoded.scaled, bits)), encoded.scales, encoded.amax
 
   def gemms(self, x: jax.Array, w: jax.Array, dy: jax.Array, recipe: GemmRecipe) -> tuple[jax.Array, ...]:

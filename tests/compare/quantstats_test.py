@@ -78,3 +78,17 @@ def test_no_layer_is_recommended_when_none_stands_out(tmp_path):
   assert summary.worst_layer == 3 and summary.stands_out is False and summary.try_key is None
   assert summary.others_spread is not None and summary.others_spread > 0
   assert "No layer stands out: layer 3" in markdown_report(report) and "nvfp4_bf16_layers" not in markdown_report(report)
+
+
+def test_with_two_layers_no_layer_is_judged_to_stand_out(tmp_path):
+  """Two layers, one far worse: with a single other layer there is no spread to judge a difference by, so the report
+  neither says the layer stands out nor recommends a key."""
+  records = [maxtext_record(s, 5.0, run_name="two") for s in range(3)]
+  records[0].update({name: value for name, value in _stats(0, hot_layer=1).items()
+                     if name.startswith(("nvfp4/layer_00/", "nvfp4/layer_01/"))})
+  base = [maxtext_record(s, 5.0, run_name="b") for s in range(3)]
+  runs = [read_jsonl(write_lines(tmp_path / "b" / "m.jsonl", base)),
+          read_jsonl(write_lines(tmp_path / "two" / "m.jsonl", records))]
+  (summary,) = build_report(runs, "b", Settings()).quant_stats
+  assert summary.worst_layer == 1 and summary.others_spread is None
+  assert summary.stands_out is None and summary.try_key is None

@@ -45,6 +45,17 @@ def test_stop_ends_the_run_after_the_checkpoint_is_written():
   audit.raise_pending()  # raised once
 
 
+def test_stop_ends_on_the_first_finding_once():
+  """Two audit steps with mismatches before the run may stop: it ends on the first step's finding, and only once."""
+  stop = settings(audit_interval=2, audit_action=AuditAction.STOP)
+  audit.act(stop, 2, {"nvfp4/audit/layer_00/mlp/wi_0/fprop_x/codes": 1.0})
+  audit.act(stop, 4, _COUNTS)
+  with pytest.raises(audit.AuditMismatch, match="NVFP4 audit at step 2: 1 mismatching codes in "
+                     "nvfp4/audit/layer_00/mlp/wi_0/fprop_x "):
+    audit.raise_pending()
+  audit.raise_pending()  # the later finding does not raise again
+
+
 @pytest.mark.parametrize(("overrides", "expected"), [
     (["quantization=te_nvfp4", "nvfp4_audit_interval=-2"], "nvfp4_audit_interval=-2 is negative"),
     (["quantization=fp8", "nvfp4_audit_interval=2"], "nvfp4_audit_interval=2 with quantization='fp8': the audit"),

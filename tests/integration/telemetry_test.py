@@ -55,6 +55,19 @@ def test_expert_stacks_report_the_mean_and_the_worst_expert():
   assert f"{base}/amax_worst" not in metrics
 
 
+def test_expert_stacks_report_the_sum_of_their_experts_audit_counts():
+  """The audit's counts of a RoutedMoE layer's expert GEMM: two experts with 1 and 2 mismatching codes report 3 (the
+  sum over experts, not the worst expert's 2), and a count in one expert only is not averaged away."""
+  counts = np.zeros((1, 3, 2, len(GEMM_OPERANDS), 3), np.float32)  # layers, expert GEMMs, experts, operands, columns
+  counts[0, 2, 0, 0, 0], counts[0, 2, 1, 0, 0] = 1.0, 2.0  # wo, fprop_x codes
+  counts[0, 0, 1, 3, 1] = 5.0  # wi_0, wgrad_x scales: expert 1 only
+  state = {"model": {"decoder": {"layers": {"MoeBlock_0": {"nvfp4_experts": {"nvfp4_audit": jnp.asarray(counts)}}}}}}
+  metrics = telemetry.stats_metrics(state, settings(switches=Switches(num_layers=1), audit_interval=1))
+  assert float(metrics["nvfp4/audit/layer_00/MoeBlock_0/experts/wo/fprop_x/codes"]) == 3.0
+  assert float(metrics["nvfp4/audit/layer_00/MoeBlock_0/experts/wi_0/wgrad_x/scales"]) == 5.0
+  assert sum(float(v) for v in metrics.values()) == 8.0
+
+
 def test_statistics_steps():
   """Every interval-th step, up to but not including nvfp4_bf16_from_step: from that step on every GEMM runs in BF16
   and quantizes nothing, the switch step itself included."""

@@ -96,6 +96,16 @@ def test_speedup_amdahl_ceiling_and_tflops_per_gpu():
   assert nvfp4.tflops_per_gpu == pytest.approx(2e15 / (gemm / GB300_FP4 + 0.01) / 1e12)
 
 
+def test_the_amdahl_ceiling_divides_by_this_runs_time_without_its_mlp_gemms():
+  """A run whose MLP-free time differs from the baseline's (20 ms of elementwise work against 10 ms): the ceiling is
+  the baseline's step over the run's 20 ms, not over the baseline's 10 ms."""
+  peaks = TARGETS["gb300"].peaks
+  fp8 = predict.predict([_gemm(Math.FP8_GEMM), _kernel(Math.ELEMENTWISE, nbytes=8 * 10**10)], peaks, MLP)
+  nvfp4 = predict.predict([_gemm(Math.FP4_GEMM), _kernel(Math.ELEMENTWISE, nbytes=16 * 10**10)], peaks, MLP)
+  assert nvfp4.mlp_free_seconds == pytest.approx(0.02) and fp8.mlp_free_seconds == pytest.approx(0.01)
+  assert predict.amdahl_ceiling(fp8, nvfp4) == pytest.approx((2 * M * N * K * 32 / GB300_FP8 + 0.01) / 0.02)
+
+
 def test_an_fp4_gemm_on_a_gpu_without_fp4_tensor_cores_is_refused_in_one_line():
   with pytest.raises(ValueError, match="without FP4 tensor cores"):
     predict.predict([_gemm(Math.FP4_GEMM)], TARGETS["h100"].peaks, MLP)

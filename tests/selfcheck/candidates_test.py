@@ -4,10 +4,12 @@ and the emulator without a fault passes every check (it is the bit-exact referen
 
 from __future__ import annotations
 
+import jax
 import pytest
 
+from MaxText.nvfp4 import audit
 from MaxText.nvfp4.gemm import GemmRecipe
-from MaxText.selfcheck import checks
+from MaxText.selfcheck import checks, tensors
 from MaxText.selfcheck.candidates import FAULTS, Emulator
 
 _SHAPES = [checks.Shape(64, 32, 64, ("mlp/wi_0",))]
@@ -27,7 +29,40 @@ def test_each_fault_fails_its_operand_only(name):
   fault = FAULTS[name]
   failed = _failed(Emulator(fault))
   assert list(failed) == [fault.operand], failed
-  if fault.name == "sr-bias":
-    assert "z = +" in failed[fault.operand]  # biased up, far outside the 99.9% interval
+  if fault.name.startswith("sr-bias"):
+    assert "z = +" in failed[fault.operand]  # biased up, outside the 99.9% interval
   else:
     assert "first:" in failed[fault.operand] and "ours" in failed[fault.operand]
+
+
+def _row(candidate, operand: str) -> checks.Result:
+  return next(r for r in checks.quantization(candidate, _SHAPES, GemmRecipe(), draws=8) if r.subject == operand)
+
+
+def test_an_amax_one_ulp_up_fails_on_the_amax_alone():
+  """The self-check compares the candidate's amax with ours, bit for bit: one float32 ulp up fails every case, even
+  where the codes and scales it gives equal ours."""
+  row = _row(Emulator(FAULTS["amax-ulp"]), "fprop_x")
+  assert not row.ok and row.values["mismatched_amax"] == row.values["cases"]
+  assert "amax: ours" in row.detail
+
+
+def test_the_stochastic_rounding_bound_is_the_stated_confidence():
+  """The bound is derived from the confidence (the standard normal's two-sided 99.9% quantile), and a bias of 1/64
+  of a grid step, the smallest the docs claim, lies outside it even at these few draws of small tensors."""
+  assert checks.Z_BOUND == pytest.approx(3.2905, abs=1e-4) and checks.SR_CONFIDENCE == 0.999
+  row = _row(Emulator(FAULTS["sr-bias-small"]), "dgrad_dy")
+  assert not row.ok and row.values["z"] > checks.Z_BOUND
+  assert (row.values["mismatched_codes"], row.values["mismatched_scales"], row.values["mismatched_amax"]) == (0, 0, 0)
+
+
+@pytest.mark.parametrize(("name", "amax_flagged"), [("shard-amax", 0.0), ("amax-ulp", 1.0)])
+def test_the_audit_takes_a_shard_amax_and_flags_one_above_the_whole(name, amax_flagged):
+  """The in-training audit (audit.audited) on a fault's operands: a per-shard amax, honest under GSPMD, is no
+  mismatch there (the self-check, unsharded, fails it); an amax above the whole tensor's is."""
+  fault = FAULTS[name]
+  operand = next(o for o in audit.gemm_operands(GemmRecipe()) if o.name == fault.operand)
+  x = tensors.tensor(_SHAPES[0].of(operand.source), "normal", 0)
+  codes, scales, amax = Emulator(fault).quantize(x, operand, jax.random.key(0))
+  assert float(amax) != float(audit.encode(x, operand).amax)  # the fault's amax is not the whole tensor's
+  assert audit.audited(x, operand, codes, scales, amax).tolist() == [0.0, 0.0, amax_flagged]
