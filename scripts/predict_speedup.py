@@ -11,9 +11,17 @@ prints predicted against published: the NVFP4/FP8 ratio and its error, model TFL
 published numbers are the validation set: nothing in the model is set from them. docs/prediction.md is this
 command's table, with each miss explained.
 
-The published setups (GPU counts, batch) are not given with the results; the recipes' are used: Llama 3 8B on one
-compute tray (4 GPUs, FSDP over them, per_device_batch_size 2, 8192 tokens), Llama 3.1 405B on 64 GPUs of one NVL72
-rack (FSDP, batch 1, remat full). Exit 2 with one line when a program does not compile.
+Setups. GPU counts: Llama 3 8B on one compute tray of 4 GPUs (the recipes'; the post gives no count for 8B, an
+assumption), Llama 3.1 405B on 128 GPUs, the count NVIDIA's MaxText NVFP4 post reports. Batch and parallelism are
+not given with the results, so they are the recipes' (assumptions): 8B per_device_batch_size 2 x 8192 tokens, 405B
+per_device_batch_size 1 x 8192 tokens with remat full, both FSDP over every GPU (ici_fsdp_parallelism -1). 128 GPUs
+span two NVL72 racks, so the 405B's FSDP collectives are timed at the scale-out network's bandwidth
+(MaxText.preflight.predict).
+
+A point whose programs do not all fit the GPU (within jax's default 75%, MaxText.preflight.report.Memory) is
+predicted and printed, marked as not fitting in the table and the JSON (`fits`, `peak_gib`, `validated` false), and
+not counted as validated: its program would not run as compiled. Exit 2 with one line when a program does not
+compile.
 """
 
 from __future__ import annotations
@@ -70,24 +78,29 @@ class Point:
   published_fp8_tflops: float
   published_nvfp4_tflops: float
   note: str = ""
+  assumed: str = ""  # what of the setup is an assumption, not the publication's
 
+
+#: What of each setup is assumed (the post gives the 405B's GPU count, 128, and nothing else of either setup).
+_ASSUMED_8B = "GPU count 4 (one tray), per_device_batch_size 2, FSDP over the 4: the recipe's"
+_ASSUMED_405B = "per_device_batch_size 1, FSDP over all 128, remat full: the recipe's (the GPU count is the post's)"
 
 POINTS = (
     Point(name="llama3_8b_gb200", model="Llama 3 8B", fp8_recipe="configs/recipes/llama3_8b_fp8.yml",
           nvfp4_recipe="configs/recipes/llama3_8b_te_nvfp4.yml", target="gb200", devices=4, published_ratio=1.35,
-          published_fp8_tflops=1497, published_nvfp4_tflops=2017,
+          published_fp8_tflops=1497, published_nvfp4_tflops=2017, assumed=_ASSUMED_8B,
           note="the stated 1.35x; the per-GPU pair quoted in issue 29 (1,497 -> 1,713) is 1.14x and disagrees: "
                "2,017 TF/s (copy_8b_gb200) gives 1,497 -> 2,017 = 1.35x, so 1,713 reads as a transcription slip"),
     Point(name="llama3_8b_gb300", model="Llama 3 8B", fp8_recipe="configs/recipes/llama3_8b_fp8.yml",
           nvfp4_recipe="configs/recipes/llama3_8b_te_nvfp4.yml", target="gb300", devices=4, published_ratio=1.31,
-          published_fp8_tflops=1759, published_nvfp4_tflops=2301),
+          published_fp8_tflops=1759, published_nvfp4_tflops=2301, assumed=_ASSUMED_8B),
     Point(name="llama3.1_405b_gb200", model="Llama 3.1 405B", fp8_recipe="configs/recipes/llama3.1_405b_fp8.yml",
-          nvfp4_recipe="configs/recipes/llama3.1_405b_te_nvfp4.yml", target="gb200", devices=64,
-          published_ratio=1.44, published_fp8_tflops=1557, published_nvfp4_tflops=2224,
+          nvfp4_recipe="configs/recipes/llama3.1_405b_te_nvfp4.yml", target="gb200", devices=128,
+          published_ratio=1.44, published_fp8_tflops=1557, published_nvfp4_tflops=2224, assumed=_ASSUMED_405B,
           note="the per-GPU pair gives 1.43x"),
     Point(name="llama3.1_405b_gb300", model="Llama 3.1 405B", fp8_recipe="configs/recipes/llama3.1_405b_fp8.yml",
-          nvfp4_recipe="configs/recipes/llama3.1_405b_te_nvfp4.yml", target="gb300", devices=64,
-          published_ratio=1.73, published_fp8_tflops=2103, published_nvfp4_tflops=3633),
+          nvfp4_recipe="configs/recipes/llama3.1_405b_te_nvfp4.yml", target="gb300", devices=128,
+          published_ratio=1.73, published_fp8_tflops=2103, published_nvfp4_tflops=3633, assumed=_ASSUMED_405B),
 )
 #: The 8B-on-GB200 ratio from the per-GPU figures quoted in issue 29, reported beside the stated one.
 ALTERNATIVE_8B_GB200 = {"nvfp4_tflops_per_gpu": 1713, "ratio": 1713 / 1497}
@@ -97,7 +110,11 @@ ALTERNATIVE_8B_GB200 = {"nvfp4_tflops_per_gpu": 1713, "ratio": 1713 / 1497}
 class _Program:
   kernels: list[kernels_lib.Kernel]
   config: Any
-  fits: bool  # within jax's default 75% of the GPU
+  memory: report.Memory  # against jax's default 75% of the GPU
+
+  @property
+  def fits(self) -> bool:
+    return self.memory.fits
 
 
 def _compile(recipe: str, point: Point, label: str, upstream: bool = False) -> _Program:
@@ -105,8 +122,7 @@ def _compile(recipe: str, point: Point, label: str, upstream: bool = False) -> _
   with programs.COMPARISONS["nvfp4_all"].context() if upstream else contextlib.nullcontext():
     config = preflight.load_config(recipe, [], point.devices)
     compiled = preflight.compile_step(config, point.target, point.devices, f"{point.name}, {label}")
-  return _Program(kernels_lib.kernels(compiled.as_text()), config,
-                  report.Memory.of(compiled, TARGETS[point.target]).fits)
+  return _Program(kernels_lib.kernels(compiled.as_text()), config, report.Memory.of(compiled, TARGETS[point.target]))
 
 
 def _error(predicted: float, published: float) -> float:
@@ -121,6 +137,7 @@ def predict_point(point: Point) -> dict[str, Any]:
     nvfp4 = _compile(point.nvfp4_recipe, point, "NVFP4 recipe (te_nvfp4, MLP GEMMs)")
     fp8 = _compile(point.fp8_recipe, point, "FP8 recipe (quantization=fp8)")
     upstream = _compile(point.nvfp4_recipe, point, "upstream maxtext te_nvfp4 (every GEMM)", upstream=True)
+  by_name = {"fp8": fp8, "nvfp4": nvfp4, "nvfp4_every_gemm": upstream}
   widths = shapes.mlp_widths(nvfp4.config)  # one model: the same widths and FLOPs for all three
   model_flops = training_flops(nvfp4.config)["tflops_per_device_step"] * 1e12
   run, base, every = (predict.predict(p.kernels, target.peaks, widths, model_flops) for p in (nvfp4, fp8, upstream))
@@ -143,6 +160,10 @@ def predict_point(point: Point) -> dict[str, Any]:
                        "nvfp4_every_gemm": _error(every.tflops_per_gpu, point.published_nvfp4_tflops)},
       "predictions": {"fp8": base.as_dict(), "nvfp4": run.as_dict(), "nvfp4_every_gemm": every.as_dict()},
       "fits_75_percent": {"fp8": fp8.fits, "nvfp4": nvfp4.fits, "nvfp4_every_gemm": upstream.fits},
+      "peak_gib": {name: p.memory.peak / report.GIB for name, p in by_name.items()},
+      "device_gib": fp8.memory.device / report.GIB,
+      "validated": all(p.fits for p in by_name.values()),
+      "assumed": point.assumed,
       "note": point.note,
   }
   if point.name == "llama3_8b_gb200":
@@ -155,10 +176,19 @@ def predict_point(point: Point) -> dict[str, Any]:
   return result
 
 
+def fit_cell(result: dict[str, Any]) -> str:
+  """'yes', or which programs do not fit and their peaks against what jax may use: 'NO: nvfp4_every_gemm 159.5 GiB
+  > 143.6'."""
+  if result["validated"]:
+    return "yes"
+  over = [f"{name} {result['peak_gib'][name]:.1f} GiB" for name, fits in result["fits_75_percent"].items() if not fits]
+  return f"NO: {', '.join(over)} > {result['device_gib']:.1f}"
+
+
 def _table(results: list[dict[str, Any]]) -> list[str]:
   lines = [f"{'point':<22} {'GPUs':>5} {'published':>9} {'predicted':>9} {'error':>7} {'every GEMM':>10} "
            f"{'error':>7} {'overlap':>7}   {'FP8 TF/s pub/pred':>18} {'err':>6}   {'NVFP4 TF/s pub/pred':>19} "
-           f"{'err':>6}"]
+           f"{'err':>6}   fits (75% of the GPU)"]
   for r in results:
     pub, pred, err = r["published_tflops_per_gpu"], r["predicted_tflops_per_gpu"], r["tflops_error"]
     lines.append(
@@ -166,7 +196,12 @@ def _table(results: list[dict[str, Any]]) -> list[str]:
         f"{r['ratio_error']:>+7.0%} {r['predicted_ratio_every_gemm_nvfp4']:>9.2f}x "
         f"{r['ratio_error_every_gemm_nvfp4']:>+7.0%} {r['predicted_ratio_overlapped']:>6.2f}x   "
         f"{pub['fp8']:>8,.0f}/{pred['fp8']:>9,.0f} {err['fp8']:>+6.0%}   {pub['nvfp4']:>8,.0f}/{pred['nvfp4']:>10,.0f} "
-        f"{err['nvfp4']:>+6.0%}")
+        f"{err['nvfp4']:>+6.0%}   {fit_cell(r)}")
+  validated = [r for r in results if r["validated"]]
+  within = [r for r in validated if abs(r["ratio_error_every_gemm_nvfp4"]) <= 0.15]
+  lines.append(f"validated (every program fits): {len(validated)} of {len(results)} points; of them, every GEMM "
+               f"NVFP4 within +-15% of the published ratio: {len(within)}; a point that does not fit is a "
+               "prediction for a program that would not run as compiled")
   return lines
 
 
@@ -190,8 +225,7 @@ def main(argv: list[str]) -> int:
         "NVFP4 over FP8 step time; 'every GEMM': upstream maxtext's te_nvfp4; 'overlap': collectives hidden:")
   print("\n".join(_table(results)))
   for r in results:
-    if r["note"]:
-      print(f"  {r['point']}: {r['note']}")
+    print(f"  {r['point']}: assumed {r['assumed']}" + (f"; {r['note']}" if r["note"] else ""))
   print(f"{len(results)} points, {3 * len(results)} compiles in {elapsed:.0f} s")
   if args.json:
     write_json(args.json, {"command": "scripts/predict_speedup.py " + " ".join(argv), "sources": SOURCES,

@@ -31,7 +31,13 @@ from jax.ad_checkpoint import checkpoint_name
 
 from MaxText.nvfp4.gemm import QUANTIZATION_NAME
 
-__all__ = ["Core", "Gemm", "Measure", "forward_switch", "guard", "select_bf16", "tap"]
+__all__ = ["GUARD_SCOPE", "TAP_SCOPE", "Core", "Gemm", "Measure", "forward_switch", "guard", "select_bf16", "tap"]
+
+#: The named scopes (jax.named_scope) the guard's and the taps' own operations run under, the GEMM they wrap outside
+#: them: metadata in the compiled program's name stacks, by which the pre-flight attributes their kernels
+#: (MaxText.preflight.origins); a name scope changes no computation.
+GUARD_SCOPE = "nvfp4_guard"
+TAP_SCOPE = "nvfp4_tap"
 
 #: A GEMM as the stages see it: (x, w, extra) -> y.
 Gemm = Callable[[jax.Array, jax.Array, Any], jax.Array]
@@ -155,8 +161,11 @@ def tap(gemm: Gemm, measure: Measure, matrices: Callable[[jax.Array, jax.Array],
       return dy, jax.lax.cond(flag, lambda: measure.backward(dy.reshape(-1, n)), lambda: previous), None, None
 
     output.defvjp(output_fwd, output_bwd)
-    lhs, rhs, probe = operands(lhs, rhs, sink, flag)
-    return output(gemm(lhs, rhs, extra), probe, sink[backward_rows], flag)
+    with jax.named_scope(TAP_SCOPE):  # metadata only: the pre-flight attributes the tap's kernels by it
+      lhs, rhs, probe = operands(lhs, rhs, sink, flag)
+    y = gemm(lhs, rhs, extra)
+    with jax.named_scope(TAP_SCOPE):
+      return output(y, probe, sink[backward_rows], flag)
 
   return tapped
 
@@ -225,9 +234,12 @@ def guard(gemm: Gemm) -> Gemm:
   """
 
   def guarded(x, w, extra):
-    x_ok = checkpoint_name(_all_finite(x), QUANTIZATION_NAME)
-    w_ok = checkpoint_name(_all_finite(w), QUANTIZATION_NAME)
-    x, w, probe = _guard_operands(x, w, x_ok, w_ok)
-    return _guard_output(gemm(x, w, extra), probe, x_ok & w_ok)
+    with jax.named_scope(GUARD_SCOPE):  # metadata only (no HLO computation changes): the pre-flight's attribution
+      x_ok = checkpoint_name(_all_finite(x), QUANTIZATION_NAME)
+      w_ok = checkpoint_name(_all_finite(w), QUANTIZATION_NAME)
+      x, w, probe = _guard_operands(x, w, x_ok, w_ok)
+    y = gemm(x, w, extra)
+    with jax.named_scope(GUARD_SCOPE):
+      return _guard_output(y, probe, x_ok & w_ok)
 
   return guarded

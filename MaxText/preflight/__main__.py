@@ -196,13 +196,17 @@ def _after_the_report() -> Iterator[None]:
         print(f"  {count} x {line}" if count > 1 else f"  {line}")
 
 
-def _comparison_kernels(args: argparse.Namespace, comparison: programs.Comparison) -> list[kernels_lib.Kernel]:
-  """The kernels of one comparison program; one that does not load or compile is one line, exit 2."""
+def _comparison_kernels(args: argparse.Namespace, comparison: programs.Comparison,
+                        memories: dict[str, report.Memory] | None = None) -> list[kernels_lib.Kernel]:
+  """The kernels of one comparison program (its memory into `memories`, by name); one that does not load or compile
+  is one line, exit 2."""
   overrides = programs.overrides_for(args.overrides, comparison)
   try:
     with comparison.context():
       compiled = compile_step(load_config(args.config, overrides, args.devices), args.target, args.devices,
                               f"{comparison.name} ({' '.join(comparison.overrides)}), to compare with")
+    if memories is not None:
+      memories[comparison.name] = report.Memory.of(compiled, TARGETS[args.target], mem_fraction())
     return kernels_lib.kernels(compiled.as_text())
   except Exception as e:  # pylint: disable=broad-exception-caught  # any failure of that program is one line
     fail(f"the comparison program {comparison.name} ({' '.join(comparison.overrides)}) does not compile for "
@@ -238,10 +242,11 @@ def _report(args: argparse.Namespace, fraction: float) -> int:
   overhead_wanted = not args.no_overhead and _te_nvfp4(config)
   without = _without_taps(args, config) if overhead_wanted or args.predict else []
   predicted = None
+  memories = {"this run": memory}
   if args.predict:
     try:
       predicted = programs.predict_all(config, found, target, args.against,
-                                       lambda comparison: _comparison_kernels(args, comparison), without)
+                                       lambda comparison: _comparison_kernels(args, comparison, memories), without)
     except ValueError as e:
       fail(f"cannot predict the step on {args.devices} x {target.name}: {e}")
   taps = tuple(report.TapCost(tap=tap, step_bytes=kernels_lib.total_bytes(found) - kernels_lib.total_bytes(kernels),
@@ -254,8 +259,9 @@ def _report(args: argparse.Namespace, fraction: float) -> int:
     lines += report.overhead_lines(overhead, "against the same step with " + " ".join(BARE_OVERRIDES))
     payload["overhead"] = overhead.as_dict()
   if predicted is not None:
-    lines += report.prediction_lines(predicted.run, predicted.against, target, args.devices, taps)
-    payload["prediction"] = predicted.as_dict()
+    lines += report.prediction_lines(predicted.run, predicted.against, target, args.devices, taps, memories)
+    payload["prediction"] = {**predicted.as_dict(), "fits": {name: m.fits for name, m in memories.items()},
+                             "peak_bytes": {name: m.peak for name, m in memories.items()}}
   print("\n".join(lines))
   if args.json:
     args.json.parent.mkdir(parents=True, exist_ok=True)

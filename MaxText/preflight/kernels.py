@@ -58,7 +58,8 @@ def shape_bytes(shape: str, workspace: bool = True) -> int:
 @dataclasses.dataclass(frozen=True)
 class Kernel:
   """One launched kernel: its instruction name, opcode, custom-call target (if any), bytes moved per run, op_name
-  (jax's name stack), how many times a step runs it, and what it computes per run (MaxText.preflight.classify)."""
+  (jax's name stack), how many times a step runs it, what it computes per run (MaxText.preflight.classify), the
+  name stack it is attributed to (`scope`, see `kernels`; "" reads as `op_name`) and its result's element types."""
 
   name: str
   opcode: str
@@ -67,6 +68,13 @@ class Kernel:
   op_name: str
   runs: int = 1
   work: Work = Work()
+  scope: str = ""
+  results: tuple[str, ...] = ()  # the element types of its result, sorted, u8 workspaces left out
+
+  @property
+  def attributed(self) -> str:
+    """The name stack that says whose and which phase's kernel this is: `scope`, else `op_name`."""
+    return self.scope or self.op_name
 
   @property
   def step_bytes(self) -> int:
@@ -144,15 +152,45 @@ def _fusion_bytes(body: list[Instruction]) -> tuple[int, str]:
   return read + written, ""
 
 
+def _output_scope(body: list[Instruction]) -> str:
+  """The op_name of the fused instruction that writes a fusion's largest output, or of the nearest instruction it
+  reads that has one ("" for none). Why not the fusion's own op_name: XLA names a multi-output fusion after the
+  consumer it fused a producer into, so a small reduction fused into a large kernel (the guard's max|.| into the
+  SwiGLU activation) would take the whole kernel's bytes; the kernel's bytes are its largest output's, the
+  reduction's own output rides along."""
+  by_name = {inst.name: inst for inst in body}
+  root = next((inst for inst in body if inst.root), body[-1] if body else None)
+  if root is None:
+    return ""
+  outputs = [by_name[o] for o in root.operands if o in by_name] if root.opcode == "tuple" else [root]
+  todo = [max(outputs, key=lambda inst: shape_bytes(inst.shape))] if outputs else []
+  seen: set[str] = set()
+  while todo:
+    inst = todo.pop(0)
+    if inst.name in seen:
+      continue
+    seen.add(inst.name)
+    found = patterns.op_name.search(inst.rest)
+    if found and found.group(1):
+      return found.group(1)
+    todo += [by_name[o] for o in inst.operands if o in by_name]
+  return ""
+
+
 def kernels(hlo: str) -> list[Kernel]:
-  """Every kernel of a compiled program (`compiled.as_text()`), in program order, computations entered as run."""
+  """Every kernel of a compiled program (`compiled.as_text()`), in program order, computations entered as run.
+
+  Each kernel's `scope` attributes it (MaxText.preflight.origins): a fusion's is the op_name of the fused
+  instruction that writes its largest output (`_output_scope`), any other kernel's its own op_name; a kernel with
+  neither (XLA leaves some of TE's calls and its own copies without metadata) takes the op_name of the loop,
+  conditional or call that runs it, which says at least the phase of the step (forward or backward loop)."""
   computations, entry = hlo_lib.computations(hlo)
   partitions = patterns.partitions.search(hlo[:hlo.find("\n")] if "\n" in hlo else hlo)
   devices = int(partitions.group(1)) if partitions else 1
   found: list[Kernel] = []
   seen: set[str] = set()
 
-  def visit(name: str, runs: int) -> None:
+  def visit(name: str, runs: int, context: str) -> None:
     if name in seen or name not in computations:
       return
     seen.add(name)
@@ -162,12 +200,14 @@ def kernels(hlo: str) -> list[Kernel]:
       if inst.opcode in ("while", "conditional", "call", "async-start"):
         trips = patterns.trip_count.search(inst.rest) if inst.opcode == "while" else None
         inner = runs * (int(trips.group(1)) if trips else 1)
+        entered = patterns.op_name.search(inst.rest)
+        inner_context = entered.group(1) if entered and entered.group(1) else context
         for key, called in patterns.called.findall(inst.rest):
           if key != "to_apply" or inst.opcode == "call":
-            visit(called, inner)
+            visit(called, inner, inner_context)
         for group in patterns.branches.findall(inst.rest):
           for called in group.split(","):
-            visit(called.strip().lstrip("%"), runs)
+            visit(called.strip().lstrip("%"), runs, inner_context)
       if inst.opcode in _NO_KERNEL or inst.opcode == "async-start":
         continue
       target = patterns.target.search(inst.rest)
@@ -175,22 +215,25 @@ def kernels(hlo: str) -> list[Kernel]:
       operand_shapes = [shapes.get(o, "") for o in inst.operands]
       operand_bytes = sum(shape_bytes(shape) for shape in operand_shapes)
       moved = shape_bytes(inst.shape, workspace=inst.opcode != "custom-call") + operand_bytes
-      opcode, body = inst.opcode, None
+      opcode, body, scope = inst.opcode, None, ""
       if opcode in ("fusion", "fusion-start"):
         called = patterns.fusion_calls.search(inst.rest)
         if called and called.group(1) in computations:
           body = instructions(computations[called.group(1)])
           moved, wrapped = _fusion_bytes(body)
           target_name = target_name or wrapped
+          scope = _output_scope(body)
         kind = patterns.fusion_kind.search(inst.rest)
         opcode = f"fusion:{kind.group(1)}" if kind else "fusion"
       work = work_of(inst, operand_shapes, operand_bytes, devices, target_name, body,
                      lambda name: instructions(computations.get(name, [])))
       op_name = patterns.op_name.search(inst.rest)
-      found.append(Kernel(name=inst.name, opcode=opcode, target=target_name, bytes=moved,
-                          op_name=op_name.group(1) if op_name else "", runs=runs, work=work))
+      own = op_name.group(1) if op_name else ""
+      found.append(Kernel(name=inst.name, opcode=opcode, target=target_name, bytes=moved, op_name=own, runs=runs,
+                          work=work, scope=scope or own or context,
+                          results=tuple(sorted({t for t, _ in arrays(inst.shape) if t != _WORKSPACE}))))
 
-  visit(entry, 1)
+  visit(entry, 1, "")
   return found
 
 
@@ -232,12 +275,14 @@ class NetRow:
 
 def phase(kernel: Kernel) -> str:
   """Where in the step a kernel runs, from jax's name stack: the forward pass, the backward pass, the forward
-  recomputed in the backward (remat), or elsewhere (the loss, the optimizer update, what XLA adds of its own)."""
-  if "rematted_computation" in kernel.op_name:
+  recomputed in the backward (remat), or elsewhere (the loss, the optimizer update, what XLA adds of its own).
+  Read from the kernel's attributed name stack (`Kernel.attributed`)."""
+  name = kernel.attributed
+  if "rematted_computation" in name:
     return "recomputed forward"
-  if "transpose(" in kernel.op_name:
+  if "transpose(" in name:
     return "backward"
-  if "jvp(" in kernel.op_name:
+  if "jvp(" in name:
     return "forward"
   return "elsewhere"
 

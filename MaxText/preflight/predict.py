@@ -47,6 +47,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from MaxText.backends.targets import Peaks
+from MaxText.preflight import origins
 from MaxText.preflight.classify import Math
 from MaxText.preflight.kernels import Kernel
 
@@ -105,13 +106,16 @@ def group_of(kernel: Kernel, mlp_widths: frozenset[int]) -> Group:
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Prediction:
   """One program's predicted step on one GPU: seconds, bytes and kernel counts per group, FLOPs per math type
-  (all per step), and maxtext's model FLOPs for the step (0 when not given)."""
+  (all per step), maxtext's model FLOPs for the step (0 when not given), and the elementwise group's seconds and
+  bytes per (origin, phase) (MaxText.preflight.origins; they sum to the group's)."""
 
   seconds: dict[Group, float]
   bytes: dict[Group, int]
   kernels: dict[Group, int]
   flops: dict[Math, int]
   model_flops: float = 0.0
+  elementwise_seconds: dict[tuple[origins.Origin, str], float] = dataclasses.field(default_factory=dict)
+  elementwise_bytes: dict[tuple[origins.Origin, str], int] = dataclasses.field(default_factory=dict)
 
   @property
   def step_seconds(self) -> float:
@@ -139,7 +143,10 @@ class Prediction:
             "seconds": {g.value: s for g, s in self.seconds.items()},
             "bytes": {g.value: b for g, b in self.bytes.items()},
             "kernels": {g.value: n for g, n in self.kernels.items()},
-            "tflops_per_step": {m.value: f / 1e12 for m, f in self.flops.items()}}
+            "tflops_per_step": {m.value: f / 1e12 for m, f in self.flops.items()},
+            "elementwise_by_origin": [
+                {"origin": o.value, "phase": p, "seconds": self.elementwise_seconds[(o, p)],
+                 "bytes": self.elementwise_bytes.get((o, p), 0)} for o, p in self.elementwise_seconds]}
 
 
 def predict(found: Iterable[Kernel], peaks: Peaks, mlp_widths: frozenset[int], model_flops: float = 0.0) -> Prediction:
@@ -155,14 +162,22 @@ def predict(found: Iterable[Kernel], peaks: Peaks, mlp_widths: frozenset[int], m
   moved = dict.fromkeys(Group, 0)
   counts = dict.fromkeys(Group, 0)
   flops = dict.fromkeys((Math.FP4_GEMM, Math.FP8_GEMM, Math.BF16_GEMM, Math.ATTENTION), 0)
+  split = {(o, p): 0.0 for o in origins.Origin for p in origins.PHASES}
+  split_bytes = dict.fromkeys(split, 0)
   for kernel in found:
     group = group_of(kernel, mlp_widths)
-    seconds[group] += kernel_seconds(kernel, peaks) * kernel.runs
+    kernel_time = kernel_seconds(kernel, peaks) * kernel.runs
+    seconds[group] += kernel_time
     moved[group] += kernel.step_bytes
     counts[group] += 1
     if kernel.work.math in flops:
       flops[kernel.work.math] += kernel.work.flops * kernel.runs
-  return Prediction(seconds=seconds, bytes=moved, kernels=counts, flops=flops, model_flops=model_flops)
+    if group is Group.ELEMENTWISE:
+      key = origins.split_key(kernel)
+      split[key] += kernel_time
+      split_bytes[key] += kernel.step_bytes
+  return Prediction(seconds=seconds, bytes=moved, kernels=counts, flops=flops, model_flops=model_flops,
+                    elementwise_seconds=split, elementwise_bytes=split_bytes)
 
 
 def averaged(full: Prediction, without: Sequence[tuple[Prediction, int]]) -> Prediction:
@@ -174,9 +189,12 @@ def averaged(full: Prediction, without: Sequence[tuple[Prediction, int]]) -> Pre
     return {key: type(value)(value - sum((value - other[key]) * (1 - 1 / n) for other, n in theirs))
             for key, value in ours.items()}
 
-  return dataclasses.replace(full, seconds=mean(full.seconds, [(w.seconds, n) for w, n in without]),
-                             bytes=mean(full.bytes, [(w.bytes, n) for w, n in without]),
-                             flops=mean(full.flops, [(w.flops, n) for w, n in without]))
+  return dataclasses.replace(
+      full, seconds=mean(full.seconds, [(w.seconds, n) for w, n in without]),
+      bytes=mean(full.bytes, [(w.bytes, n) for w, n in without]),
+      flops=mean(full.flops, [(w.flops, n) for w, n in without]),
+      elementwise_seconds=mean(full.elementwise_seconds, [(w.elementwise_seconds, n) for w, n in without]),
+      elementwise_bytes=mean(full.elementwise_bytes, [(w.elementwise_bytes, n) for w, n in without]))
 
 
 def speedup(baseline: Prediction, run: Prediction) -> float:

@@ -169,11 +169,28 @@ def _ms(seconds: float, decimals: int) -> str:
   return f"{seconds * 1e3:,.{decimals}f}"
 
 
+def elementwise_lines(programs: dict[str, predict.Prediction], decimals: int) -> list[str]:
+  """The elementwise row of each program split by origin and phase (MaxText.preflight.origins), the rows any program
+  has time in; they sum to the elementwise row."""
+  keys = [key for key in next(iter(programs.values())).elementwise_seconds
+          if any(p.elementwise_bytes.get(key, 0) for p in programs.values())]
+  lines = ["  elementwise by origin and phase, ms per step (the rows sum to the elementwise row; "
+           "MaxText/preflight/origins.py):"]
+  for origin, phase in keys:
+    cells = " ".join(f"{_ms(p.elementwise_seconds.get((origin, phase), 0.0), decimals):>10}"
+                     for p in programs.values())
+    lines.append(f"    {origin.value + ', ' + phase:<46} {cells}")
+  return lines
+
+
 def prediction_lines(run: predict.Prediction, against: dict[str, predict.Prediction], target: Target,
-                     devices: int, taps: tuple[TapCost, ...] = ()) -> list[str]:
+                     devices: int, taps: tuple[TapCost, ...] = (), memories: dict[str, Memory] | None = None
+                     ) -> list[str]:
   """The predicted step of this run and of each program it is compared with: step time, model TFLOP/s per GPU,
   speedups over fp8 and bf16 (where compared), where the time goes, the Amdahl ceiling, what the model leaves out.
-  `run` is the mean step, each of its periodic `taps` averaged over its interval; each tap's cost is said."""
+  `run` is the mean step, each of its periodic `taps` averaged over its interval; each tap's cost is said. A program
+  whose `memories` entry (by row name) does not fit is marked in its row: its prediction is for a program that would
+  not run as compiled."""
   programs = {"this run": run, **against}
   bases = [name for name in ("fp8", "bf16") if name in against]
   decimals = 1 if run.step_seconds >= 0.01 else 4  # a tiny test config's step is microseconds
@@ -185,6 +202,9 @@ def prediction_lines(run: predict.Prediction, against: dict[str, predict.Predict
     row = (f"{name:<12} {_ms(prediction.step_seconds, decimals):>10} {_ms(prediction.overlapped_seconds, decimals):>11} "
            f"{prediction.tflops_per_gpu:>12,.0f}")
     row += "".join(f" {predict.speedup(against[base], prediction) if name != base else 1.0:>11.2f}x" for base in bases)
+    memory = (memories or {}).get(name)
+    if memory is not None and not memory.fits:
+      row += f"  does NOT fit: {gib(memory.peak)} > {gib(memory.device)}, would not run as compiled"
     lines.append("  " + row)
   lines.append("  where the time goes, ms per step: " + ", ".join(programs))
   for group in predict.Group:
@@ -193,6 +213,7 @@ def prediction_lines(run: predict.Prediction, against: dict[str, predict.Predict
     if group is predict.Group.UNCLASSIFIED:
       note = f"  ({run.kernels[group]} kernels, {run.bytes[group] / 1e6:,.1f} MB per step in this run, timed by bytes)"
     lines.append(f"  {group.value:<14} {cells}{note}")
+  lines += elementwise_lines(programs, decimals)
   for base in bases:
     lines.append(f"  Amdahl ceiling over {base} (this run's MLP GEMMs free): "
                  f"{predict.amdahl_ceiling(against[base], run):.2f}x")

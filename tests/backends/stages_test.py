@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from MaxText.backends.stages import Core, forward_switch, guard
+from MaxText.backends.stages import GUARD_SCOPE, Core, forward_switch, guard
 
 
 def _gemm(x, w, extra):
@@ -117,3 +117,36 @@ def test_forward_switch_changes_the_forward_output_only(switched):
   np.testing.assert_allclose(y, (1.0 if switched else 2.0) * (x @ w), rtol=1e-6)
   np.testing.assert_allclose(dx, 3.0 * (dy @ w.T), rtol=1e-6)
   np.testing.assert_allclose(dw, 5.0 * (x.T @ dy), rtol=1e-6)
+
+
+def _guarded_step(x, w, dy):
+  """y, dx, dW of the guarded plain GEMM, as one program."""
+  y, pullback = jax.vjp(lambda a, b: guard(_gemm)(a, b, None), x, w)
+  return (y, *pullback(dy))
+
+
+def test_the_guard_s_own_operations_run_under_its_named_scope_and_the_gemm_s_do_not(monkeypatch):
+  """The pre-flight attributes kernels by name stack (MaxText.preflight.origins): the guard's max|.| checks and
+  poisoning products, forward and backward, carry GUARD_SCOPE; the GEMMs it wraps do not. The scope is metadata: with
+  jax.named_scope made a no-op the program (without its debug info) and its results are the same, bit for bit."""
+  import contextlib  # pylint: disable=import-outside-toplevel
+  import re  # pylint: disable=import-outside-toplevel
+
+  rng = np.random.default_rng(2)
+  x, w, dy = (jnp.asarray(rng.standard_normal(s).astype(np.float32)) for s in ((8, 16), (16, 4), (8, 4)))
+  x = x.at[1, 2].set(jnp.nan)  # the poison path too
+  lowered = jax.jit(_guarded_step).lower(x, w, dy)
+  names = re.findall(r'op_name="([^"]*)"', lowered.compile().as_text())
+  guard_ops = [n for n in names if re.search(rf"[/(]{GUARD_SCOPE}[/)]", n)]  # jvp(nvfp4_guard)/... outermost
+  assert any("reduce_max" in n for n in guard_ops) and any("mul" in n for n in guard_ops)
+  assert any("transpose(" in n for n in guard_ops)  # the backward's checks and poison
+  assert not [n for n in guard_ops if "dot_general" in n] and [n for n in names if "dot_general" in n]
+  scoped = jax.jit(_guarded_step)(x, w, dy)
+  monkeypatch.setattr(jax, "named_scope", lambda name: contextlib.nullcontext())
+  unscoped = jax.jit(lambda *args: _guarded_step(*args))  # a new function: not jit's cached trace of the scoped one
+  unscoped_lowered = unscoped.lower(x, w, dy)
+  assert GUARD_SCOPE not in unscoped_lowered.compile().as_text()
+  assert unscoped_lowered.as_text(debug_info=False).replace("jit__lambda", "jit__guarded_step") == lowered.as_text(
+      debug_info=False)
+  for a, b in zip(scoped, unscoped(x, w, dy)):
+    np.testing.assert_array_equal(np.asarray(a).view(np.uint32), np.asarray(b).view(np.uint32))

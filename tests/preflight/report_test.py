@@ -121,3 +121,22 @@ def test_a_periodic_tap_is_reported_on_its_steps_and_averaged_over_its_interval(
   lines = report.prediction_lines(run, {}, TARGETS["b200"], 8, (tap,))
   assert any("the audit (nvfp4_audit_interval=100): 200.0 ms more on the steps it runs; x1.0067 on the mean step"
              in line for line in lines)
+
+
+def test_a_compared_program_that_does_not_fit_is_marked_in_its_row():
+  """Issue 36: a prediction for a program that would not run as compiled says so (the JSON's prediction.fits)."""
+  from MaxText.preflight import predict  # pylint: disable=import-outside-toplevel
+  from MaxText.preflight.classify import Math, Work  # pylint: disable=import-outside-toplevel
+
+  b200 = TARGETS["b200"]
+  kernel = kernels_lib.Kernel(name="k", opcode="fusion", target="", bytes=10**9, op_name="",
+                              work=Work(math=Math.ELEMENTWISE))
+  step = predict.predict([kernel], b200.peaks, frozenset({14336}))
+  fits = report.Memory.of(_Compiled(_Analysis(argument_size_in_bytes=int(0.5 * b200.memory_bytes))), b200)
+  over = report.Memory.of(_Compiled(_Analysis(argument_size_in_bytes=int(0.9 * b200.memory_bytes))), b200)
+  lines = report.prediction_lines(step, {"fp8": step, "bf16": step}, b200, 8, (),
+                                  {"this run": fits, "fp8": fits, "bf16": over})
+  rows = {line.split()[0]: line for line in lines[2:5]}
+  assert "does NOT fit" not in rows["this"] + rows["fp8"]
+  assert rows["bf16"].endswith(f"does NOT fit: {report.gib(over.peak)} > {report.gib(over.device)}, would not run "
+                               "as compiled")

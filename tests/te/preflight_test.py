@@ -64,7 +64,8 @@ def test_a_tiny_te_nvfp4_step_fits_one_b200_and_reports_te_and_the_plugins_bytes
 def test_predict_reports_step_times_ratios_and_where_the_time_goes(te, tmp_path):
   """--predict against maxtext's fp8 on one B200 for a run with statistics every 10th step: three compiles of the
   tiny model (the run, the run without its statistics, fp8 with the taps off as maxtext's fp8 requires), the
-  report's rows, the JSON."""
+  report's rows, the JSON, and the elementwise split by origin: the guard's, the taps' and TE's NVFP4 kernels in
+  the run and none in fp8, whose FP8 quantization is found."""
   del te
   out = tmp_path / "predict.json"
   proc = _preflight(str(TINY_YML.relative_to(REPO_ROOT)), *TINY_TE, "nvfp4_stats_interval=10", "--target", "b200",
@@ -82,8 +83,18 @@ def test_predict_reports_step_times_ratios_and_where_the_time_goes(te, tmp_path)
   assert prediction["compared_programs"]["fp8"]["overrides"] == ["quantization=fp8", "nvfp4_stats_interval=0",
                                                                  "nvfp4_audit_interval=0"]
   assert prediction["tap_seconds"]["nvfp4_stats_interval"] > 0
+  split = {name: {} for name in ("run", "fp8")}  # the elementwise group by origin (issue 36), summed over phases
+  for name, program in (("run", run), ("fp8", fp8)):
+    rows = program["elementwise_by_origin"]
+    assert sum(row["seconds"] for row in rows) == pytest.approx(program["seconds"]["elementwise"], rel=1e-9)
+    for row in rows:
+      split[name][row["origin"]] = split[name].get(row["origin"], 0.0) + row["seconds"]
+  for origin in ("TE NVFP4 quantize, RHT amax", "non-finite guard", "statistics, audit"):
+    assert split["run"][origin] > 0 and split["fp8"][origin] == 0, origin
+  assert split["fp8"]["FP8 quantization"] > 0
   report = proc.stdout[proc.stdout.index("predicted step time on 1 x NVIDIA B200"):]
   for row in ("this run", "fp8", "MLP GEMMs", "communication", "unclassified", "Amdahl ceiling over fp8",
+              "elementwise by origin and phase", "  non-finite guard, forward",
               "the statistics (nvfp4_stats_interval=10): ", "not seen by the prediction"):
     assert f"  {row}" in report, row
   assert "Warning: " not in proc.stderr  # Python's warnings are held until after the report, on stdout
