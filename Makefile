@@ -26,8 +26,8 @@ PYTEST := $(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder
 test-cpu: setup ## The CPU suite in .venv (everything but tests/te).
 	$(PYTEST) tests --ignore=tests/te
 
-test-fast: setup ## The inner loop: the CPU suite without the training subprocesses (`slow`).
-	$(PYTEST) -m "not slow" tests --ignore=tests/te
+test-fast: setup ## The inner loop: the CPU suite without the training subprocesses (`slow`), fewer hypothesis examples.
+	$(PYTEST) -m "not slow" --hypothesis-profile=fast tests --ignore=tests/te
 
 test-te: ## Build .venv-gpu (./setup.sh --gpu; ~25 min once) and lower the TE backend to CUDA on CPU.
 	./setup.sh --gpu --venv $(GPU_VENV)

@@ -1,18 +1,26 @@
 # Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
 
-"""Shared pytest setup: the GPU gate, progress lines for slow tests, and the shared fixtures (helpers in helpers.py)."""
+"""Shared pytest setup: one compilation cache per run, the GPU gate, progress lines for slow tests, and the shared
+fixtures (helpers in helpers.py)."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import pathlib
+import shutil
 import sys
+import tempfile
 import time
 
+import hypothesis
 import pytest
 
 from tests import helpers
+
+# `make test-fast` runs the property tests with `--hypothesis-profile=fast`: each test's examples capped at 10
+# (helpers.examples); everything else (make test-cpu, CI) runs each test's full count.
+hypothesis.settings.register_profile("fast", max_examples=10)
 
 
 def _has_gpu() -> bool:
@@ -23,6 +31,69 @@ def _has_gpu() -> bool:
     return bool(jax.devices("gpu"))
   except RuntimeError:
     return False
+
+
+#: jax's persistent compilation cache for one pytest run, in the environment of every process of the run: both
+#: pytest-xdist workers inherit it from the controller, every training subprocess from its worker (helpers.train_cli
+#: also names it as maxtext's jax_cache_dir), and jax reads these variables when it is imported. Minimum compile time
+#: 0 and entry size 0: the suite's programs are tiny, and jax's defaults (1 s) would cache almost none of them. The
+#: same tiny program compiled by several tests or processes is then compiled once per run. Per run, never shared
+#: between runs: a run's timings and its results never depend on an earlier run's leftovers.
+CACHE_VARIABLES = {"JAX_COMPILATION_CACHE_DIR": "", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+                   "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}
+#: LLVM's optimisation off for what the tests compile in their own process (pytest's, or each xdist worker's): most
+#: of XLA:CPU's compile time is LLVM's, and those programs are tiny, so they compile in about 0.6x the time and still
+#: run in milliseconds. XLA's own HLO passes (fusion, layout, sharding: what the pre-flight reads) are unchanged, and
+#: so are the numerics: XLA never enables fast-math unless asked (xla_cpu_enable_fast_math), and the suite's bit-exact
+#: tests hold at this level as at the default. Not for the training subprocesses: their 20-step runs execute long
+#: enough that the optimised code pays for its compile, so they inherit the environment as it was.
+FAST_COMPILE_FLAG = "--xla_backend_optimization_level=0"
+_OWNED_CACHE: list[str] = []  # the directory this process made (the controller, or a run without xdist)
+
+
+def _fast_compiles_in_this_process() -> None:
+  """Starts jax's CPU backend with FAST_COMPILE_FLAG (XLA reads XLA_FLAGS once, when the backend starts), then puts
+  XLA_FLAGS back, so subprocesses do not inherit the flag."""
+  flags = os.environ.get("XLA_FLAGS")
+  if flags is not None and "xla_backend_optimization_level" in flags:
+    return
+  os.environ["XLA_FLAGS"] = f"{flags or ''} {FAST_COMPILE_FLAG}".strip()
+  try:
+    import jax  # pylint: disable=import-outside-toplevel  # only where tests run
+
+    # The cache too, in case jax was imported before pytest_configure set its variables (it reads them at import).
+    jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    jax.devices()
+  finally:
+    if flags is None:
+      del os.environ["XLA_FLAGS"]
+    else:
+      os.environ["XLA_FLAGS"] = flags
+
+
+def pytest_configure(config: pytest.Config) -> None:
+  """Makes the run's compilation cache (module comment at CACHE_VARIABLES) unless this is an xdist worker (which
+  inherited its controller's) or the caller set one; and, where tests run in this process (not an xdist
+  controller), starts jax with FAST_COMPILE_FLAG."""
+  worker = bool(os.environ.get("PYTEST_XDIST_WORKER"))
+  if not worker and not os.environ.get("JAX_COMPILATION_CACHE_DIR"):
+    directory = tempfile.mkdtemp(prefix="nvfp4-tests-jax-cache-")
+    _OWNED_CACHE.append(directory)
+    os.environ.update({**CACHE_VARIABLES, "JAX_COMPILATION_CACHE_DIR": directory})
+  if worker or not getattr(config.option, "numprocesses", None):
+    _fast_compiles_in_this_process()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+  """Reports how many programs the run's cache holds, then removes it."""
+  for directory in _OWNED_CACHE:
+    entries = sum(1 for p in pathlib.Path(directory).iterdir() if p.name.endswith("-cache"))
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+      reporter.write_line(f"jax compilation cache: {entries} programs compiled in this run ({directory}, removed)")
+    shutil.rmtree(directory, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -78,13 +149,10 @@ def pytest_runtest_logstart(nodeid: str, location: tuple) -> None:
 
 
 @pytest.fixture(scope="session")
-def jax_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
-  """A compilation cache private to this test session, so tests never write to ~/jax_cache; shared by the
-  pytest-xdist workers (their temp folders sit side by side), so a program one compiled the other reuses."""
-  base = tmp_path_factory.getbasetemp()
-  shared = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "jax_cache"
-  shared.mkdir(exist_ok=True)
-  return shared
+def jax_cache_dir() -> pathlib.Path:
+  """The run's compilation cache (CACHE_VARIABLES), for maxtext's `jax_cache_dir` key: tests never write to
+  ~/jax_cache, and a program one process compiled every other process of the run reuses."""
+  return pathlib.Path(os.environ["JAX_COMPILATION_CACHE_DIR"])
 
 
 @pytest.fixture()

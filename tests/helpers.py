@@ -22,11 +22,27 @@ CONFIGS_DIR = REPO_ROOT / "configs"
 TINY_YML = CONFIGS_DIR / "tiny.yml"
 
 
+def examples(full: int) -> int:
+  """A property test's hypothesis examples: `full` in `make test-cpu` and CI; at most the loaded profile's count
+  under `--hypothesis-profile=fast` (`make test-fast`, tests/conftest.py): the same properties, fewer examples."""
+  import hypothesis  # pylint: disable=import-outside-toplevel  # only the property tests need it
+
+  return min(full, hypothesis.settings.default.max_examples)
+
+
 def plugin_defaults() -> dict[str, Any]:
   """The plugin's keys with their defaults, as the schema declares them (configs/base.yml repeats them; config_test)."""
   from MaxText.precision.keys import PluginKeys  # pylint: disable=import-outside-toplevel  # pydantic only
 
   return PluginKeys().model_dump(mode="json")
+
+
+def run_cache() -> list[str]:
+  """maxtext's jax_cache_dir override for a config loaded in this process: the run's compilation cache
+  (tests/conftest.py), since maxtext points jax's cache at that key on every load (its default: ~/jax_cache)."""
+  cache = os.environ.get("JAX_COMPILATION_CACHE_DIR")
+  return [f"jax_cache_dir={cache}"] if cache else []
+
 
 #: Where in-process config loads point maxtext's output directory (nothing is written there by a load).
 CONFIG_OUTPUT_DIR = "/tmp/nvfp4-config-test"
@@ -35,7 +51,8 @@ CONFIG_OUTPUT_DIR = "/tmp/nvfp4-config-test"
 def load_config(yml: pathlib.Path | str = TINY_YML, *overrides: str) -> Any:
   """maxtext's own `pyconfig.initialize` with the plugin registered, as its trainer calls it (argv[0] unused).
 
-  run_name and base_output_directory get test defaults unless `overrides` set them (maxtext refuses a key twice).
+  run_name, base_output_directory and jax_cache_dir (run_cache) get test defaults unless `overrides` set them
+  (maxtext refuses a key twice).
   """
   import MaxText  # pylint: disable=import-outside-toplevel  # maxtext costs seconds: only tests that load configs
 
@@ -44,6 +61,7 @@ def load_config(yml: pathlib.Path | str = TINY_YML, *overrides: str) -> Any:
 
   given = {o.split("=", 1)[0] for o in overrides}
   defaults = [f"{k}={v}" for k, v in (("run_name", "t"), ("base_output_directory", CONFIG_OUTPUT_DIR)) if k not in given]
+  defaults += [o for o in run_cache() if "jax_cache_dir" not in given]
   return pyconfig.initialize(["train", str(yml), *defaults, *overrides])
 
 
@@ -87,6 +105,15 @@ def read_losses(metrics_file: pathlib.Path) -> list[float]:
   return [float(r["learning/loss"]) for r in rows]
 
 
+def subprocess_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+  """This process's environment on the CPU for a subprocess, with `extra`; an `extra` XLA_FLAGS (e.g. simulated
+  devices) is added to the caller's own, not put in their place."""
+  env = dict(os.environ, JAX_PLATFORMS="cpu", **(extra or {}))
+  if extra and "XLA_FLAGS" in extra and os.environ.get("XLA_FLAGS"):
+    env["XLA_FLAGS"] = f"{os.environ['XLA_FLAGS']} {extra['XLA_FLAGS']}"
+  return env
+
+
 def train_cli(
     overrides: list[str],
     jax_cache_dir: pathlib.Path,
@@ -108,7 +135,7 @@ def train_cli(
   proc = subprocess.run(
       [sys.executable, *args],
       cwd=repo,
-      env=dict(os.environ, JAX_PLATFORMS="cpu", **(env or {})),
+      env=subprocess_env(env),
       capture_output=True,
       text=True,
       timeout=timeout,

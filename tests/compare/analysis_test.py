@@ -9,6 +9,7 @@ from hypothesis import given, settings as hyp_settings, strategies as st
 
 from MaxText.compare import analysis
 from MaxText.compare.schema import Settings, Status, WindowRule
+from tests.helpers import examples
 
 
 def test_constant_gap_is_reported_exactly(make_run, decaying_loss):
@@ -172,7 +173,7 @@ def test_settings_reject_bad_values():
     Settings(step0_tolerance=-1.0)
 
 
-@hyp_settings(max_examples=30, deadline=None)
+@hyp_settings(max_examples=examples(30), deadline=None)
 @given(
     base=st.lists(st.floats(0.5, 12.0), min_size=3, max_size=40),
     shift=st.floats(-2.0, 2.0),

@@ -12,7 +12,7 @@ from MaxText.integration import hooks
 from MaxText.integration.config import NVFP4Config
 from MaxText.integration.quant import Nvfp4Quantization
 from MaxText.precision.modes import NVFP4_MODES
-from tests.helpers import TINY_YML, load_config
+from tests.helpers import TINY_YML, load_config, run_cache
 
 MaxText.register()
 
@@ -27,12 +27,12 @@ def test_callers_config_class_keeps_working() -> None:
   class CallerConfig(types.MaxTextConfig):
     caller_key: int = 7
 
-  config = pyconfig.initialize(["train", str(TINY_YML), "quantization=te_nvfp4", "caller_key=3"],
-                               config_class=CallerConfig)
+  yml = [str(TINY_YML), *run_cache()]
+  config = pyconfig.initialize(["train", *yml, "quantization=te_nvfp4", "caller_key=3"], config_class=CallerConfig)
   assert config.caller_key == 3 and config.nvfp4_backend == "auto"
-  assert pyconfig.initialize(["train", str(TINY_YML)], config_class=types.MaxTextConfig).nvfp4_mlp_precision == "nvfp4"
+  assert pyconfig.initialize(["train", *yml], config_class=types.MaxTextConfig).nvfp4_mlp_precision == "nvfp4"
   with pytest.raises(ValueError, match="caller_key"):  # the caller's own validation still applies
-    pyconfig.initialize(["train", str(TINY_YML), "caller_key=x"], config_class=CallerConfig)
+    pyconfig.initialize(["train", *yml, "caller_key=x"], config_class=CallerConfig)
 
 
 def test_config_classes_gain_the_plugin_keys_once():

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from MaxText.nvfp4 import Nvfp4Tensor, dequantize, quantize
 from tests.nvfp4 import reference
+from tests.helpers import examples
 
 
 @functools.partial(jax.jit, static_argnames=("scaling", "rht"))
@@ -153,7 +154,7 @@ def _in_exact_domain(x: np.ndarray) -> bool:
   return amax == 0 or amax >= 1e-30
 
 
-@hypothesis.settings(max_examples=60, deadline=None)
+@hypothesis.settings(max_examples=examples(60), deadline=None)
 @hypothesis.given(
     x=hnp.arrays(
         np.float32,
@@ -168,7 +169,7 @@ def test_bit_exact_property(x, scaling, as_bf16):
   assert_bit_exact(x.astype(ml_dtypes.bfloat16) if as_bf16 else x, scaling)
 
 
-@hypothesis.settings(max_examples=30, deadline=None)
+@hypothesis.settings(max_examples=examples(30), deadline=None)
 @hypothesis.given(
     x=hnp.arrays(np.float32, (16, 32), elements=st.floats(-1e4, 1e4, width=32, allow_subnormal=False)),
 )

@@ -9,6 +9,8 @@ import subprocess
 import sys
 import textwrap
 
+from tests.helpers import subprocess_env
+
 _SCRIPT = textwrap.dedent("""
     import jax, jax.numpy as jnp, numpy as np
     from jax.sharding import NamedSharding, PartitionSpec as P
@@ -32,7 +34,7 @@ _SCRIPT = textwrap.dedent("""
 
 
 def test_sharded_amax_is_global():
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
+  env = subprocess_env({"XLA_FLAGS": "--xla_force_host_platform_device_count=8"})
   root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
   env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
   out = subprocess.run([sys.executable, "-c", _SCRIPT], env=env, capture_output=True, text=True, timeout=300)

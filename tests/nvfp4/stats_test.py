@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from MaxText.nvfp4 import quantization_stats
 from MaxText.nvfp4.stats import STAT_NAMES
 from tests.nvfp4 import reference
+from tests.helpers import examples
 
 
 def _oracle(x: np.ndarray, scaling: str = "1d", rht: bool = False) -> dict[str, float]:
@@ -58,7 +59,7 @@ def _assert_matches(x: np.ndarray, scaling: str = "1d", rht: bool = False) -> di
   return got
 
 
-@hypothesis.settings(max_examples=40, deadline=None)
+@hypothesis.settings(max_examples=examples(40), deadline=None)
 @hypothesis.given(
     x=hnp.arrays(np.float32, st.tuples(st.sampled_from([16, 32]), st.sampled_from([16, 48])),
                  elements=st.floats(-1e4, 1e4, width=32, allow_subnormal=False)),
