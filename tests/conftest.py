@@ -5,7 +5,9 @@ fixtures (helpers in helpers.py)."""
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import json
 import os
 import pathlib
 import shutil
@@ -65,12 +67,32 @@ def _fast_compiles_in_this_process() -> None:
     jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    jax.monitoring.register_event_listener(_count_cache_event)
+    jax.monitoring.register_event_duration_secs_listener(_count_cache_seconds)
     jax.devices()
   finally:
     if flags is None:
       del os.environ["XLA_FLAGS"]
     else:
       os.environ["XLA_FLAGS"] = flags
+
+
+#: This process's compilation-cache events (jax.monitoring): compile requests that used the cache, hits, misses,
+#: and the compile seconds the hits saved. Written beside the cache at the end; the run's owner sums every process's.
+_CACHE_EVENTS: collections.Counter = collections.Counter()
+_EVENT_PREFIX = "/jax/compilation_cache/"
+
+
+def _count_cache_event(event: str, **kwargs) -> None:
+  del kwargs
+  if event.startswith(_EVENT_PREFIX):
+    _CACHE_EVENTS[event.removeprefix(_EVENT_PREFIX)] += 1
+
+
+def _count_cache_seconds(event: str, duration: float, **kwargs) -> None:
+  del kwargs
+  if event == _EVENT_PREFIX + "compile_time_saved_sec":
+    _CACHE_EVENTS["compile_seconds_saved"] += duration
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -87,12 +109,26 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-  """Reports how many programs the run's cache holds, then removes it."""
+  """Writes this process's cache events beside the cache; where this process made the cache, reports the run's
+  programs and the test processes' hits (training subprocesses use the cache too, uncounted), then removes it."""
+  cache = os.environ.get("JAX_COMPILATION_CACHE_DIR")
+  if cache and _CACHE_EVENTS and os.path.isdir(cache):
+    pathlib.Path(cache, f"events-{os.getpid()}.json").write_text(json.dumps(_CACHE_EVENTS), encoding="utf-8")
   for directory in _OWNED_CACHE:
-    entries = sum(1 for p in pathlib.Path(directory).iterdir() if p.name.endswith("-cache"))
+    found = list(pathlib.Path(directory).iterdir())
+    events: collections.Counter = collections.Counter()
+    for path in found:
+      if path.name.startswith("events-"):
+        events.update(json.loads(path.read_text(encoding="utf-8")))
+    programs = sum(1 for p in found if p.name.endswith("-cache"))
+    requests, hits = events["compile_requests_use_cache"], events["cache_hits"]
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None:
-      reporter.write_line(f"jax compilation cache: {entries} programs compiled in this run ({directory}, removed)")
+      saved = events["compile_seconds_saved"]
+      reporter.write_line(
+          f"jax compilation cache: {programs} programs compiled in this run; in the test processes {hits} of "
+          f"{requests} compiles were hits ({hits / max(requests, 1):.0%}), {saved:+.0f} s of compiling net of reading "
+          f"them ({directory}, removed)")
     shutil.rmtree(directory, ignore_errors=True)
 
 
