@@ -23,7 +23,7 @@ from MaxText.selfcheck.candidates import FAULTS, Emulator
 _OPERAND = "dgrad_dy"
 
 
-def failures(candidate: Emulator, shape: checks.Shape, seeds: int, draws: int) -> list[float]:
+def z_per_seed(candidate: Emulator, shape: checks.Shape, seeds: int, draws: int) -> list[float]:
   """The z of the operand's mean test at each seed (the check fails where |z| > Z_BOUND)."""
   zs = []
   for seed in range(seeds):
@@ -44,7 +44,7 @@ def main() -> None:
   rows = {}
   for name, candidate in (("unbiased emulator", Emulator()), ("sr-bias-small (1/64 step)",
                                                                 Emulator(FAULTS["sr-bias-small"]))):
-    zs = failures(candidate, shape, args.seeds, args.draws)
+    zs = z_per_seed(candidate, shape, args.seeds, args.draws)
     failed = sum(abs(z) > checks.Z_BOUND for z in zs)
     rows[name] = {"seeds": args.seeds, "failed": failed, "fail_rate": failed / args.seeds,
                   "z_median": statistics.median(zs), "z_min": min(zs), "z_max": max(zs)}

@@ -41,8 +41,7 @@ def _has_gpu() -> bool:
 #: 0 and entry size 0: the suite's programs are tiny, and jax's defaults (1 s) would cache almost none of them. The
 #: same tiny program compiled by several tests or processes is then compiled once per run. Per run, never shared
 #: between runs: a run's timings and its results never depend on an earlier run's leftovers.
-CACHE_VARIABLES = {"JAX_COMPILATION_CACHE_DIR": "", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
-                   "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}
+CACHE_LIMITS = {"jax_persistent_cache_min_compile_time_secs": 0.0, "jax_persistent_cache_min_entry_size_bytes": 0}
 #: LLVM's optimisation off for what the tests compile in their own process (pytest's, or each xdist worker's): most
 #: of XLA:CPU's compile time is LLVM's, and those programs are tiny, so they compile in about 0.6x the time and still
 #: run in milliseconds. XLA's own HLO passes (fusion, layout, sharding: what the pre-flight reads) are unchanged, and
@@ -65,8 +64,8 @@ def _fast_compiles_in_this_process() -> None:
 
     # The cache too, in case jax was imported before pytest_configure set its variables (it reads them at import).
     jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    for option, value in CACHE_LIMITS.items():
+      jax.config.update(option, value)
     jax.monitoring.register_event_listener(_count_cache_event)
     jax.monitoring.register_event_duration_secs_listener(_count_cache_seconds)
     jax.devices()
@@ -96,14 +95,15 @@ def _count_cache_seconds(event: str, duration: float, **kwargs) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-  """Makes the run's compilation cache (module comment at CACHE_VARIABLES) unless this is an xdist worker (which
+  """Makes the run's compilation cache (module comment at CACHE_LIMITS) unless this is an xdist worker (which
   inherited its controller's) or the caller set one; and, where tests run in this process (not an xdist
   controller), starts jax with FAST_COMPILE_FLAG."""
   worker = bool(os.environ.get("PYTEST_XDIST_WORKER"))
   if not worker and not os.environ.get("JAX_COMPILATION_CACHE_DIR"):
     directory = tempfile.mkdtemp(prefix="nvfp4-tests-jax-cache-")
     _OWNED_CACHE.append(directory)
-    os.environ.update({**CACHE_VARIABLES, "JAX_COMPILATION_CACHE_DIR": directory})
+    os.environ.update({option.upper(): str(value) for option, value in CACHE_LIMITS.items()})
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = directory
   if worker or not getattr(config.option, "numprocesses", None):
     _fast_compiles_in_this_process()
 
@@ -186,7 +186,7 @@ def pytest_runtest_logstart(nodeid: str, location: tuple) -> None:
 
 @pytest.fixture(scope="session")
 def jax_cache_dir() -> pathlib.Path:
-  """The run's compilation cache (CACHE_VARIABLES), for maxtext's `jax_cache_dir` key: tests never write to
+  """The run's compilation cache (CACHE_LIMITS), for maxtext's `jax_cache_dir` key: tests never write to
   ~/jax_cache, and a program one process compiled every other process of the run reuses."""
   return pathlib.Path(os.environ["JAX_COMPILATION_CACHE_DIR"])
 

@@ -15,14 +15,15 @@ import pytest
 
 from MaxText.selfcheck import __main__ as selfcheck_main
 from MaxText.selfcheck import run
-from tests.helpers import REPO_ROOT, TINY_YML
+from tests.helpers import REPO_ROOT, TINY_YML, run_cache
 
 _SMALL = [str(TINY_YML), "quantization=te_nvfp4", "base_emb_dim=32", "base_mlp_dim=64", "per_device_batch_size=1",
           "--draws", "4", "--repeats", "1"]
 
 
 def _selfcheck(*args: str) -> subprocess.CompletedProcess:
-  return subprocess.run([sys.executable, "-m", "MaxText.selfcheck", *_SMALL, *args], cwd=REPO_ROOT,
+  # The run's compilation cache (tests/conftest.py), not maxtext's default ~/jax_cache.
+  return subprocess.run([sys.executable, "-m", "MaxText.selfcheck", *_SMALL, *run_cache(), *args], cwd=REPO_ROOT,
                         capture_output=True, text=True, timeout=300, check=False)
 
 
