@@ -3,7 +3,7 @@
 # Creates a virtual environment (default .venv/ in this repository) with the pinned set, then installs this
 # project into it, editable (`pip install --no-deps -e .`), so `python -m MaxText.train` works from any directory.
 #
-# Usage: ./setup.sh [--gpu] [--venv DIR]        (or VENV=DIR ./setup.sh ...; DIR relative to the current directory)
+# Usage: ./setup.sh [--gpu | --export] [--venv DIR]   (or VENV=DIR ./setup.sh ...; DIR relative to the current directory)
 #
 #   always:  requirements.txt, the CPU lock, with --no-deps.
 #   CPU:     requirements-tfds.txt (TensorFlow, for the TFDS test only) into DIR/tfds-site, off the training path;
@@ -11,6 +11,9 @@
 #   --gpu:   requirements-tfds.txt into the venv itself (the cluster recipes read C4 through TFDS), then
 #            requirements-gpu.txt: CUDA 12 jax and TransformerEngine from wheels, and TE's JAX extension built from
 #            source against those wheels (no CUDA toolkit needed; ~11 min on 2 cores the first time, pip caches it).
+#   --export: only requirements-export.txt (torch CPU, compressed-tensors, transformers, ModelOpt), with Python 3.11
+#            ($PYTHON_EXPORT, python3.11, pyenv's 3.11.x): the serving formats' own code for the export tests
+#            (tests/export). Not this project: the tests run those libraries in a subprocess.
 # Python: maxtext needs >= 3.12. Tried in order: $PYTHON, python3.13, python3.12, then pyenv's installed
 # versions (newest first). A candidate counts only if it actually runs and reports >= 3.12.
 # Idempotent: a stamp in the venv records a hash of the requirement files and pyproject.toml; a second run with
@@ -20,15 +23,17 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 venv="${VENV:-$here/.venv}"
 gpu=0
+export_env=0
 while (( $# )); do
   case "$1" in
     --gpu) gpu=1 ;;
+    --export) export_env=1 ;;
     --venv)
       [[ $# -ge 2 && -n "$2" ]] || { echo "setup.sh: --venv needs a directory, e.g. --venv .venv-gpu" >&2; exit 2; }
       venv="$2"; shift ;;
     --venv=*) venv="${1#--venv=}" ;;
-    -h|--help) sed -n '3,16p' "$0"; exit 0 ;;
-    *) echo "setup.sh: unknown argument '$1' (valid: --gpu, --venv DIR)" >&2; exit 2 ;;
+    -h|--help) sed -n '3,19p' "$0"; exit 0 ;;
+    *) echo "setup.sh: unknown argument '$1' (valid: --gpu, --export, --venv DIR)" >&2; exit 2 ;;
   esac
   shift
 done
@@ -66,6 +71,31 @@ find_python() {
   done
   return 1
 }
+
+if (( export_env )); then
+  (( gpu )) && { echo "setup.sh: --export and --gpu build different environments; give one" >&2; exit 2; }
+  stamp_value="$(sha256sum < "$here/requirements-export.txt" | cut -d' ' -f1) export"
+  if [[ -x "$venv/bin/python" && -f "$venv/.setup-stamp" && "$(cat "$venv/.setup-stamp")" == "$stamp_value" ]]; then
+    echo "setup.sh: $name is up to date (requirements-export.txt unchanged)"
+    exit 0
+  fi
+  python=""
+  for c in "${PYTHON_EXPORT:-}" python3.11 "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.11*/bin/python; do
+    [[ -n "$c" ]] && { command -v "$c" >/dev/null 2>&1 || [[ -x "$c" ]]; } || continue
+    [[ "$(py_version "$c")" == "3.11" ]] && { python="$c"; break; }
+  done
+  [[ -n "$python" ]] || { echo "setup.sh: --export needs Python 3.11 (pip takes the CPU build of torch for it); " \
+                                "set PYTHON_EXPORT=/path/to/python3.11" >&2; exit 1; }
+  echo "setup.sh: creating $name with $python (3.11), installing requirements-export.txt (--no-deps lock)"
+  rm -rf "$venv"
+  "$python" -m venv "$venv"
+  "$venv/bin/python" -m pip --disable-pip-version-check install -q --no-deps -r "$here/requirements-export.txt"
+  "$venv/bin/python" -c 'import torch, compressed_tensors, transformers, modelopt.torch.quantization.qtensor' \
+    || { echo "setup.sh: $name does not import the export group's libraries" >&2; exit 1; }
+  echo "$stamp_value" > "$venv/.setup-stamp"
+  echo "setup.sh: done; use $venv/bin/python"
+  exit 0
+fi
 
 reqs=("$here/requirements.txt" "$here/requirements-tfds.txt" "$here/requirements-maxtext-0.2.4.txt"
       "$here/pyproject.toml")

@@ -35,7 +35,7 @@ def sandbox(tmp_path: pathlib.Path) -> dict[str, pathlib.Path]:
   repo = tmp_path / "repo"
   repo.mkdir()
   for name in ("setup.sh", "requirements.txt", "requirements-tfds.txt", "requirements-gpu.txt",
-               "requirements-maxtext-0.2.4.txt", "pyproject.toml"):
+               "requirements-maxtext-0.2.4.txt", "requirements-export.txt", "pyproject.toml"):
     shutil.copy2(REPO_ROOT / name, repo / name)
   bin_dir = tmp_path / "bin"
   bin_dir.mkdir()
@@ -81,10 +81,20 @@ def test_refuses_python_older_than_3_12(sandbox: dict[str, pathlib.Path]) -> Non
 def test_rejects_unknown_arguments(sandbox: dict[str, pathlib.Path]) -> None:
   proc = _run_setup(sandbox, "--cpu")
   assert proc.returncode == 2
-  assert "unknown argument '--cpu' (valid: --gpu, --venv DIR)" in proc.stderr
+  assert "unknown argument '--cpu' (valid: --gpu, --export, --venv DIR)" in proc.stderr
   proc = _run_setup(sandbox, "--venv")
   assert proc.returncode == 2
   assert "--venv needs a directory" in proc.stderr
+
+
+def test_export_wants_python_3_11_and_not_beside_gpu(sandbox: dict[str, pathlib.Path]) -> None:
+  proc = _run_setup(sandbox, "--export", "--gpu")
+  assert proc.returncode == 2 and "--export and --gpu build different environments" in proc.stderr, proc.stderr
+  for name in ("python3", "python3.13"):  # the sandbox's interpreters, none of them a Python 3.11 that runs
+    _fake_python(sandbox["bin"] / name, 'echo "3.12"')
+  proc = _run_setup(sandbox, "--export")
+  assert proc.returncode == 1 and "--export needs Python 3.11" in proc.stderr, proc.stderr
+  assert not (sandbox["repo"] / ".venv").exists()
 
 
 # A Python 3.12 that creates venvs by copying itself and logs every pip call (with the TE build variable) to

@@ -1,0 +1,131 @@
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
+"""One NVFP4 weight in each serving format's tensors, and each format's config: field names, dtypes, packing and
+scale semantics as the formats' own code defines them (docs/export.md#the-formats cites the lines).
+
+Why exact: the recipe's 2D weight scaling gives every 16x16 tile one E4M3 scale under one FP32 tensor scale, so each
+1x16 block along the input features (the serving formats' block) carries its tile's scale unchanged; the codes are
+the emulator's, which equal TE's bit for bit (docs/numerics.md).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from MaxText.nvfp4.formats import BLOCK_SIZE
+from MaxText.nvfp4.quantize import Scaling, quantize, tensor_scales
+
+__all__ = ["Format", "QuantizedWeight", "quantize_weight", "tensors_of", "quantization_config", "modelopt_config_json",
+           "FORMAT_NAMES"]
+
+
+class Format(str, enum.Enum):
+  COMPRESSED_TENSORS = "compressed-tensors"
+  MODELOPT = "modelopt"
+  BF16 = "bf16"
+
+
+FORMAT_NAMES = tuple(f.value for f in Format)
+
+
+@dataclasses.dataclass(frozen=True)
+class QuantizedWeight:
+  """A Linear weight [out, in] as the training forward quantized it.
+
+  packed: uint8 [out, in/2], two E2M1 codes per byte, the even input feature in the low nibble.
+  scale: float8_e4m3fn [out, in/16], one per 16 input features (with 2D scaling each row repeats its tile's scale).
+  s_enc, s_dec: the FP32 tensor scales as TE computes them from the weight's amax (2688/amax, and 1/that).
+  """
+
+  packed: np.ndarray
+  scale: np.ndarray
+  s_enc: np.float32
+  s_dec: np.float32
+
+
+@jax.jit(static_argnames="scaling")
+def _quantized(w: jax.Array, scaling: Scaling) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+  t = quantize(w, scaling)
+  # float4 pairs -> one byte: XLA's bitcast puts the first of each pair in the low nibble (MaxText.nvfp4.formats).
+  pairs = t.data.reshape(*t.shape[:-1], t.shape[-1] // 2, 2)
+  s_enc, s_dec = tensor_scales(t.amax)
+  return jax.lax.bitcast_convert_type(pairs, jnp.uint8), t.scale, s_enc, s_dec
+
+
+def quantize_weight(w: np.ndarray | jax.Array, dtype: jnp.dtype, two_d: bool) -> QuantizedWeight:
+  """The forward's NVFP4 operand of a Linear weight in Hugging Face layout [out, in] (blocks along `in`).
+
+  `w` is cast to the run's compute `dtype` first, as maxtext's layers cast the kernel before the GEMM. A tile or
+  block is the same set of elements in either layout, so quantizing the [out, in] weight gives the transpose of the
+  training forward's [in, out] operand, code for code (tests/export/ checks it against the maxtext layout)."""
+  w = jnp.asarray(w).astype(dtype)
+  packed, scale, s_enc, s_dec = _quantized(w, Scaling.TWO_D if two_d else Scaling.ONE_D)
+  return QuantizedWeight(np.asarray(packed), np.asarray(scale), np.float32(s_enc), np.float32(s_dec))
+
+
+def tensors_of(name: str, q: QuantizedWeight, fmt: Format) -> dict[str, np.ndarray]:
+  """The tensors a format stores for the Linear whose weight is `name` (ends in `.weight`)."""
+  prefix = name.removesuffix(".weight")
+  if fmt is Format.COMPRESSED_TENSORS:
+    # compressed-tensors: dequantized = fp4 * (weight_scale / weight_global_scale); global scale = 2688 / amax.
+    return {f"{prefix}.weight_packed": q.packed, f"{prefix}.weight_scale": q.scale,
+            f"{prefix}.weight_global_scale": np.array([q.s_enc], np.float32)}
+  if fmt is Format.MODELOPT:
+    # ModelOpt: dequantized = fp4 * weight_scale * weight_scale_2; weight_scale_2 = amax / 2688 (a scalar).
+    return {f"{prefix}.weight": q.packed, f"{prefix}.weight_scale": q.scale,
+            f"{prefix}.weight_scale_2": np.array(q.s_dec, np.float32)}
+  raise ValueError(f"format {fmt.value} stores no NVFP4 tensors")
+
+
+def _ignored_linears(ignore: list[str]) -> list[str]:
+  return sorted(n.removesuffix(".weight") for n in ignore)
+
+
+def quantization_config(fmt: Format, ignore: list[str]) -> dict:
+  """The config that marks the checkpoint quantized, weight-only (W4A16: no input activation scheme); `ignore`
+  lists the Linear weights kept unquantized (exact module names).
+
+  compressed-tensors: the `quantization_config` of config.json as its `ModelCompressor.update_config` writes the
+  NVFP4A16 preset (compressed_tensors/quantization/quant_scheme.py). ModelOpt: hf_quant_config.json's
+  `quantization` (modelopt/torch/export/unified_export_hf.py, get_quant_config; weight-only NVFP4 is W4A16_NVFP4).
+  """
+  modules = _ignored_linears(ignore)
+  if fmt is Format.COMPRESSED_TENSORS:
+    weights = {"dynamic": False, "group_size": BLOCK_SIZE, "num_bits": 4, "scale_dtype": "torch.float8_e4m3fn",
+               "strategy": "tensor_group", "symmetric": True, "type": "float"}
+    return {
+        "config_groups": {"group_0": {"format": "nvfp4-pack-quantized", "input_activations": None,
+                                      "output_activations": None, "targets": ["Linear"], "weights": weights}},
+        "format": "nvfp4-pack-quantized",
+        "global_compression_ratio": None,
+        "ignore": modules,
+        "kv_cache_scheme": None,
+        "moe_sparsity_config": None,
+        "quant_method": "compressed-tensors",
+        "quantization_status": "compressed",
+        "sparsity_config": {},
+        "transform_config": {},
+        "version": COMPRESSED_TENSORS_VERSION,
+    }
+  if fmt is Format.MODELOPT:
+    return {"quant_algo": "W4A16_NVFP4", "kv_cache_quant_algo": None, "group_size": BLOCK_SIZE,
+            "exclude_modules": modules}
+  raise ValueError(f"format {fmt.value} has no quantization config")
+
+
+def modelopt_config_json(quant: dict) -> dict:
+  """ModelOpt's `quantization_config` for config.json (modelopt/torch/export/convert_hf_config.py,
+  convert_hf_quant_config_format), beside hf_quant_config.json; vLLM reads either."""
+  group = {"dynamic": False, "num_bits": 4, "type": "float", "group_size": quant["group_size"]}
+  return {"config_groups": {"group_0": {"input_activations": None, "weights": group, "targets": ["Linear"]}},
+          "ignore": quant["exclude_modules"], "quant_algo": quant["quant_algo"],
+          "producer": {"name": "modelopt", "version": MODELOPT_VERSION}, "quant_method": "modelopt"}
+
+
+#: The format versions whose definitions this module follows (docs/export.md cites their source).
+COMPRESSED_TENSORS_VERSION = "0.20.0"
+MODELOPT_VERSION = "0.47.0"

@@ -1,0 +1,143 @@
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
+"""Every checkpoint tensor's Hugging Face name, shape and layout from maxtext's own conversion
+(`maxtext.checkpoint_conversion`: its parameter mappings, hooks, shapes and HF model configs, with the MaxText
+config's shapes where they differ from the catalogue), and which of them ran in NVFP4 in the training forward.
+
+Nothing here maps a parameter by hand: a model maxtext cannot convert cannot be exported.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from MaxText.integration.run_keys import run_keys
+from MaxText.integration.settings import settings_of
+from MaxText.precision.policy import Precision
+
+__all__ = ["ExportError", "Model", "exact", "forward_precision", "gemm_class", "hf_tensors", "model_of", "params_only",
+           "precision_of", "supported_models"]
+
+
+class ExportError(ValueError):
+  """Bad input to the export: the entry point prints it in one line and exits 2."""
+
+
+def _conversion() -> Any:
+  # pylint: disable-next=import-outside-toplevel  # maxtext's conversion imports transformers: only when exporting
+  from maxtext.checkpoint_conversion import to_huggingface
+  return to_huggingface
+
+
+def supported_models() -> list[str]:
+  """The model names maxtext's conversion maps to Hugging Face (mapping, hooks, shapes and HF config)."""
+  # pylint: disable-next=import-outside-toplevel  # import cost: maxtext, transformers and tqdm load when exporting
+  from maxtext.checkpoint_conversion.utils import hf_model_configs, hf_shape, param_mapping
+  return sorted(set(param_mapping.PARAM_MAPPING) & set(param_mapping.HOOK_FNS) & set(hf_shape.HF_SHAPE)
+                & set(hf_model_configs.HF_MODEL_CONFIGS))
+
+
+@dataclasses.dataclass(frozen=True)
+class Model:
+  """What maxtext's conversion knows of one model, its HF config sized from the MaxText config."""
+
+  name: str
+  hf_config: Any  # a transformers PretrainedConfig (a copy: maxtext's catalogue entry is left as it is)
+  param_map: dict
+  hook_fns: dict
+  shapes: dict
+
+
+def model_of(config: Any) -> Model:
+  """maxtext's mappings for `config.model_name`; the HF config takes the MaxText config's shapes (maxtext's own
+  `--override_model_architecture` rule), so a model sized down from a catalogue entry converts too."""
+  keys = run_keys(config)
+  name = keys.model_name
+  if name not in supported_models():
+    raise ExportError(f"model_name={name}: maxtext's checkpoint conversion does not map this model; it maps: "
+                      f"{', '.join(supported_models())}")
+  conv = _conversion()
+  hf_config = copy.deepcopy(conv.HF_MODEL_CONFIGS[name])
+  conv._validate_or_update_architecture(hf_config, config, override=True)  # pylint: disable=protected-access
+  maps = conv._get_model_mappings(name, keys.scan_layers, hf_config.to_dict(), config)  # pylint: disable=protected-access
+  return Model(name, hf_config, maps["param_mapping"], maps["hook_fn_mapping"], maps["shape_mapping"])
+
+
+def hf_tensors(model: Model, key: str | tuple[str, ...], weight: Any, config: Any) -> list[tuple[str, np.ndarray]]:
+  """maxtext's conversion of one checkpoint parameter: (HF name, array) for each tensor it becomes."""
+  # pylint: disable-next=import-outside-toplevel  # import cost: maxtext, transformers and tqdm load when exporting
+  from maxtext.checkpoint_conversion.utils.utils import process_maxtext_param
+  return process_maxtext_param(key, weight, model.param_map, model.hook_fns, model.shapes, config)
+
+
+_LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
+#: maxtext's parameter names of the MLP GEMM weights: routed experts are stacked kernels named by the MoE block
+#: (`...-MoeBlock_0-wi_0`, no `-kernel`); dense and shared-expert MLPs are DenseGeneral kernels.
+_ROUTED = re.compile(r"(MoeBlock_\d+|moe_block)-(wi_0|wi_1|wo)$")
+_MLP = re.compile(r"-(mlp|shared_experts)-(wi_0|wi_1|wo)-kernel$")
+
+
+def gemm_class(key: str) -> str | None:
+  """'experts' (routed), 'mlp' (dense or shared MLP) or None (attention, router, embeddings, norms, head)."""
+  if _ROUTED.search(key):
+    return "experts"
+  if _MLP.search(key):
+    return "mlp"
+  return None
+
+
+def forward_precision(config: Any, step: int) -> Precision:
+  """The MLP GEMMs' forward precision for the weights of checkpoint `step` (the state after that step), i.e. in the
+  forward of step + 1 that continues from it: BF16 once a late switch (nvfp4_bf16_from_step or
+  nvfp4_bf16_forward_from_step) has passed, else the MLP precision; BF16 for a run without an NVFP4 mode."""
+  settings = settings_of(config)
+  if not settings.nvfp4 or settings.mlp is not Precision.NVFP4:
+    return Precision.BF16
+  sw = settings.switches
+  for switch in (sw.from_step, sw.forward_from_step):
+    if switch is not None and step + 1 >= switch:
+      return Precision.BF16
+  return Precision.NVFP4
+
+
+def exact(config: Any, step: int | None) -> tuple[bool, str]:
+  """Whether the export is the training forward's own quantization (an NVFP4 run whose MLP forward at this step
+  was NVFP4), and a line saying which it is; otherwise it is post-training quantization with the same recipe."""
+  settings = settings_of(config)
+  if not settings.nvfp4:
+    return False, (f"quantization={settings.quantization or 'none'}: the run trained without NVFP4; the NVFP4 "
+                   "weights are post-training quantization with the recipe's rules")
+  if step is None:
+    return True, ("the checkpoint's step is not known: the forward precision is taken as the recipe's, before any "
+                  "late switch")
+  if forward_precision(config, step) is Precision.BF16:
+    return False, (f"step {step}: the run's MLP forward had switched to BF16 (nvfp4_bf16_from_step / "
+                   "nvfp4_bf16_forward_from_step); the NVFP4 weights are post-training quantization with the recipe")
+  return True, f"step {step}: the MLP forward ran in NVFP4; the NVFP4 weights are the operands it multiplied"
+
+
+def precision_of(config: Any, key: str, hf_name: str) -> Precision:
+  """The recipe's precision for the HF tensor `hf_name` of checkpoint parameter `key`: NVFP4 for MLP weights (dense,
+  shared and routed experts) of the layers the recipe quantizes; BF16 for the rest, for the BF16 first/last/listed
+  layers, and for experts under nvfp4_moe_experts=bf16. A run trained without NVFP4 gets the recipe of its nvfp4_*
+  keys (post-training quantization with the same rules)."""
+  settings = settings_of(config)
+  kind = gemm_class(key)
+  if kind is None or settings.mlp is not Precision.NVFP4:
+    return Precision.BF16
+  if kind == "experts" and settings.experts is not Precision.NVFP4:
+    return Precision.BF16
+  layer = _LAYER.search(hf_name)
+  if layer is not None and settings.switches.bf16_layer(int(layer.group(1))):
+    return Precision.BF16
+  return Precision.NVFP4
+
+
+def params_only(state: dict[str, Any]) -> Iterator[str]:
+  """The checkpoint's model parameters (maxtext's `params-...` keys), without the plugin's own collections."""
+  return (k for k in state if k.startswith("params-"))

@@ -1,0 +1,164 @@
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
+"""One export: the plan (which tensor is written how, checked before anything is read), then the checkpoint one
+parameter at a time through maxtext's conversion, each NVFP4 MLP weight quantized as the training forward did."""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+import sys
+from typing import Any
+
+import numpy as np
+
+from MaxText.export import layouts, mapping, source
+from MaxText.export.layouts import Format
+from MaxText.export.mapping import ExportError
+from MaxText.export.writer import ExportDir, check_destination
+from MaxText.integration.run_keys import run_keys
+from MaxText.integration.settings import settings_of
+from MaxText.nvfp4.formats import BLOCK_SIZE
+from MaxText.precision.policy import Precision
+
+__all__ = ["Summary", "export", "METADATA_FILE"]
+
+METADATA_FILE = "nvfp4_export.json"
+_MODELOPT_CONFIG = "hf_quant_config.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class Summary:
+  """What an export wrote, for the command line's report and for tests."""
+
+  out: pathlib.Path
+  step: int | None
+  exact: bool
+  line: str
+  nvfp4: tuple[str, ...]
+  ignore: tuple[str, ...]
+  tokenizer: str
+
+
+def _names(targets: Any) -> list[str]:
+  """The HF names a parameter maps to, flattened (maxtext nests them by layer and expert)."""
+  if isinstance(targets, str):
+    return [targets]
+  if isinstance(targets, tuple):  # a composite target: one parameter split into several HF tensors
+    return [n for t in targets for n in _names(t)]
+  return [n for t in targets for n in _names(t)]
+
+
+def _linear(name: str, shape: tuple[int, ...]) -> bool:
+  """A Hugging Face nn.Linear weight (what the formats' `Linear` target matches): 2D, not the embedding table."""
+  return name.endswith(".weight") and len(shape) == 2 and "embed_tokens" not in name
+
+
+def _plan(config: Any, model: mapping.Model, keys: list[Any], fmt: Format) -> dict[str, Precision]:
+  """Every HF tensor's precision in the export; an NVFP4 weight whose dimensions NVFP4 cannot block is refused
+  here, before the checkpoint is read."""
+  two_d = settings_of(config).recipe.weight_2d
+  plan: dict[str, Precision] = {}
+  for key in keys:
+    key_str = key[0] if isinstance(key, tuple) else key
+    for name in _names(model.param_map[key]):
+      p = mapping.precision_of(config, key_str, name) if fmt is not Format.BF16 else Precision.BF16
+      shape = tuple(model.shapes[name])
+      if p is Precision.NVFP4:
+        out_dim, in_dim = shape
+        bad = [f"{what} {dim}" for what, dim in (("input features", in_dim), ("output features", out_dim))
+               if dim % BLOCK_SIZE and (what == "input features" or two_d)]
+        if bad:
+          raise ExportError(f"{name} {list(shape)}: {' and '.join(bad)} not a multiple of {BLOCK_SIZE}, so NVFP4 "
+                            "cannot block it (export with --format bf16, or train with dims that are)")
+      plan[name] = p
+  return plan
+
+
+def _tokenizer(config: Any, out: ExportDir) -> str:
+  """Copies the config's tokenizer when it is a local file or directory; says where it is when it is not."""
+  given = run_keys(config).tokenizer_path
+  path = pathlib.Path(str(given or ""))
+  if given and path.exists():
+    return f"tokenizer copied from {path}: {', '.join(out.copy_in(path))}"
+  return (f"tokenizer not copied: tokenizer_path={given or '(unset)'} is not a local path "
+          "(the export downloads nothing; add the tokenizer files to the directory yourself)")
+
+
+def export(config: Any, out: pathlib.Path, fmt: Format, force: bool = False, progress: bool = True) -> Summary:
+  """Writes the run's checkpoint to `out` in `fmt`; returns what was written. Bad input raises ExportError before
+  anything is written (and nothing is left half-written: writer.ExportDir)."""
+  model = mapping.model_of(config)
+  check_destination(out, force)
+  checkpoint = source.find_checkpoint(config)
+  exact, line = mapping.exact(config, checkpoint.step)
+  state = source.read_parameters(config, checkpoint)
+  # pylint: disable-next=import-outside-toplevel  # import cost: maxtext, transformers and tqdm load when exporting
+  from maxtext.checkpoint_conversion.utils.utils import validate_and_filter_param_map_keys
+  params = set(mapping.params_only(state))
+  try:
+    keys = validate_and_filter_param_map_keys(list(model.param_map), params)
+  except ValueError as e:
+    missing = sorted(params - {k for key in model.param_map for k in (key if isinstance(key, tuple) else (key,))})
+    shown = ", ".join(missing[:4]) + (" ..." if len(missing) > 4 else "")
+    raise ExportError(f"model_name={model.name} (scan_layers={run_keys(config).scan_layers}): maxtext's mapping "
+                      f"does not cover the checkpoint's {shown}") from e
+  plan = _plan(config, model, keys, fmt)
+  two_d = settings_of(config).recipe.weight_2d
+  dtype = run_keys(config).dtype
+  written_fmt = Format.COMPRESSED_TENSORS if fmt is Format.BF16 else fmt  # bf16: no quantized tensor at all
+  # pylint: disable-next=import-outside-toplevel  # import cost: maxtext, transformers and tqdm load when exporting
+  from tqdm import tqdm
+  with ExportDir(out, force, shards=len(keys)) as d:
+    for key in tqdm(keys, desc="export", unit="param", disable=not progress, file=sys.stderr):
+      weight = [state.pop(k) for k in key] if isinstance(key, tuple) else state.pop(key)
+      tensors: dict[str, np.ndarray] = {}
+      for name, array in mapping.hf_tensors(model, key, weight, config):
+        if plan[name] is Precision.NVFP4:
+          tensors.update(layouts.tensors_of(name, layouts.quantize_weight(array, dtype, two_d), written_fmt))
+        else:
+          tensors[name] = array
+      del weight
+      d.write_shard(tensors)
+    nvfp4 = tuple(sorted(n for n, p in plan.items() if p is Precision.NVFP4))
+    ignore = tuple(sorted(n for n, p in plan.items() if p is Precision.BF16 and _linear(n, tuple(model.shapes[n]))))
+    _write_configs(d, model, fmt, list(ignore))
+    tokenizer = _tokenizer(config, d)
+    d.write_index()
+    d.write_json(METADATA_FILE, _metadata(config, checkpoint, fmt, exact, line, nvfp4, ignore, tokenizer,
+                                          d.checksums()))
+  return Summary(out, checkpoint.step, exact, line, nvfp4, ignore, tokenizer)
+
+
+def _write_configs(d: ExportDir, model: mapping.Model, fmt: Format, ignore: list[str]) -> None:
+  """config.json (maxtext's HF config, sized from the run) with the format's quantization config; ModelOpt's
+  hf_quant_config.json beside it."""
+  # pylint: disable-next=import-outside-toplevel  # import cost: maxtext, transformers and tqdm load when exporting
+  from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+  hf = model.hf_config.to_dict()
+  if hf.get("model_type") in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+    hf["architectures"] = [MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[hf["model_type"]]]
+  if fmt is Format.COMPRESSED_TENSORS:
+    hf["quantization_config"] = layouts.quantization_config(fmt, ignore)
+  elif fmt is Format.MODELOPT:
+    quant = layouts.quantization_config(fmt, ignore)
+    d.write_json(_MODELOPT_CONFIG, {"producer": {"name": "modelopt", "version": layouts.MODELOPT_VERSION},
+                                    "quantization": quant})
+    hf["quantization_config"] = layouts.modelopt_config_json(quant)
+  d.write_json("config.json", hf)
+
+
+def _metadata(config: Any, checkpoint: source.Checkpoint, fmt: Format, exact: bool, line: str,
+              nvfp4: tuple[str, ...], ignore: tuple[str, ...], tokenizer: str, files: dict[str, str]) -> dict:
+  settings, keys = settings_of(config), run_keys(config)
+  return {
+      "source": {"run_name": keys.run_name, "checkpoint": str(checkpoint.path), "found_by": checkpoint.source,
+                 "step": checkpoint.step, "model_name": keys.model_name, "scan_layers": bool(keys.scan_layers)},
+      "recipe": dict(settings.record),
+      "format": fmt.value,
+      "activations": "none (weight-only: W4A16)" if fmt is not Format.BF16 else "none (unquantized)",
+      "nvfp4": {"exact": exact if fmt is not Format.BF16 else None, "why": line, "weight_scaling":
+                "2d" if settings.recipe.weight_2d else "1d", "tensors": list(nvfp4)},
+      "unquantized_linears": list(ignore),
+      "tokenizer": tokenizer,
+      "files_sha256": files,
+  }
