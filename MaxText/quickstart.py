@@ -88,7 +88,11 @@ PRECISIONS = (
         overrides=("quantization=te_nvfp4", "nvfp4_mlp_precision=bf16"),
         description="baseline: te_nvfp4 with every GEMM in bf16 (same initial weights as the quantized runs)",
     ),
-    Precision(name="fp8", overrides=("quantization=fp8",), description="maxtext's fp8 (the published comparison's baseline)"),
+    Precision(
+        name="fp8",
+        overrides=("quantization=fp8",),
+        description="maxtext's fp8 (the published comparison's baseline)",
+    ),
     Precision(
         name="te_nvfp4",
         overrides=("quantization=te_nvfp4", f"nvfp4_stats_interval={STATS_INTERVAL}"),
@@ -102,7 +106,8 @@ PRECISIONS = (
 )
 PRECISION_NAMES = tuple(p.name for p in PRECISIONS)
 
-#: `make study` adds the two ways the NVFP4 recipe keeps some GEMMs in BF16 (docs/numerics.md#the-recipe-around-the-gemms, docs/recipe-switches.md).
+#: `make study` adds the two ways the NVFP4 recipe keeps some GEMMs in BF16 (docs/numerics.md#the-recipe-around-the-gemms,
+#: docs/recipe-switches.md).
 STUDY_PRECISIONS = PRECISIONS + (
     Precision(
         name="te_nvfp4_last_bf16",

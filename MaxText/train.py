@@ -40,6 +40,7 @@ def main(argv: Sequence[str]) -> None:
   seam.install_cli_error_handler(one_line_config_errors(argv, "MaxText.train"))
   # pylint: disable-next=import-outside-toplevel  # import cost: as above
   from maxtext.trainers.pre_train import train as maxtext_train
+
   # pylint: disable-next=import-outside-toplevel  # import cost: as above
   from MaxText.integration.audit import AuditMismatch
 

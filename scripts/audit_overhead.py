@@ -39,8 +39,7 @@ from MaxText.backends.targets import TARGETS
 from MaxText.integration import cli, seam
 from MaxText.preflight import __main__ as preflight
 from MaxText.preflight import kernels as kernels_lib
-from MaxText.preflight import programs
-from MaxText.preflight import report
+from MaxText.preflight import programs, report
 
 DEFAULT_CONFIG = "configs/recipes/llama3_8b_te_nvfp4.yml"
 MLP_GEMMS = ("wi_0", "wi_1", "wo")

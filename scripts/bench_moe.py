@@ -17,6 +17,7 @@ import tempfile
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from bench_step import train_step_times, write_json  # noqa: E402  # pylint: disable=wrong-import-position
+
 MOE = ["decoder_block=mixtral", "num_experts=4", "num_experts_per_tok=2", "base_moe_mlp_dim=256",
        "quantization=te_nvfp4", "nvfp4_backend=emulated"]
 #: (path, overrides) rows; each path gets a BF16-expert baseline and an NVFP4-expert run.
@@ -40,7 +41,8 @@ def main() -> None:
     for path, path_overrides in PATHS.items():
       for experts, expert_overrides in EXPERTS.items():
         name = f"p{len(rows)}"
-        times = train_step_times("configs/tiny.yml", name, [*MOE, *path_overrides, *expert_overrides, *args.overrides], args.steps, pathlib.Path(tmp))
+        times = train_step_times("configs/tiny.yml", name, [*MOE, *path_overrides, *expert_overrides, *args.overrides],
+                                 args.steps, pathlib.Path(tmp))
         rows.append({"path": path, "experts": experts, "median_step_s": statistics.median(times[args.skip:]),
                      "steps_timed": len(times[args.skip:])})
         print(f"  {path}, {experts}: {rows[-1]['median_step_s'] * 1e3:.1f} ms", flush=True)

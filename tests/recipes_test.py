@@ -61,7 +61,7 @@ def loaded(tmp_path_factory):
       capture_output=True, text=True, timeout=300, check=False,
   )
   assert proc.returncode == 0, proc.stderr[-3000:]
-  line = next(l for l in proc.stdout.splitlines() if l.startswith("RESULT"))
+  line = next(out for out in proc.stdout.splitlines() if out.startswith("RESULT"))
   return {pathlib.Path(k).name: v for k, v in json.loads(line[len("RESULT"):]).items()}
 
 
@@ -312,7 +312,7 @@ def test_help_prints_the_usage_block_only(script):
   lines = proc.stdout.splitlines()
   assert lines[0].startswith("The ") and "Usage: scripts/recipes/" in proc.stdout and "--force" in proc.stdout
   assert lines[-1].strip().startswith("multi-node:")
-  assert not any(l.startswith(("set -", "source ", "#")) or "Copyright" in l for l in lines)
+  assert not any(line.startswith(("set -", "source ", "#")) or "Copyright" in line for line in lines)
 
 
 def test_default_python_is_the_project_venv(tmp_path):

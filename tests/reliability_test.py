@@ -85,8 +85,8 @@ def test_two_processes_through_jax_distributed_track_one_process(layouts, tmp_pa
   always uses port 1234 of JAX_COORDINATOR_ADDRESS)."""
   procs = []
   for i in range(2):
-    env = dict(os.environ, JAX_PLATFORMS="cpu", JAX_COORDINATOR_ADDRESS="127.0.0.1", JOB_INDEX="0", JOB_COMPLETION_INDEX=str(i), PROCESSES_IN_JOB="2", JAX_PROCESS_COUNT="2",
-               **_devices_env(2))
+    env = dict(os.environ, JAX_PLATFORMS="cpu", JAX_COORDINATOR_ADDRESS="127.0.0.1", JOB_INDEX="0",
+               JOB_COMPLETION_INDEX=str(i), PROCESSES_IN_JOB="2", JAX_PROCESS_COUNT="2", **_devices_env(2))
     args = [sys.executable, "-m", "MaxText.train", str(TINY_YML), "skip_jax_distributed_system=false",
             f"jax_cache_dir={jax_cache_dir}", "jax_distributed_initialization_timeout=300",
             f"base_output_directory={tmp_path}", "run_name=mp", f"metrics_file={tmp_path}/p{i}.jsonl",

@@ -33,14 +33,14 @@ class DotGeneralModule(Protocol):
 
 def unquantized(dimension_numbers: Any, out_dtype: Any = None) -> Any:
   """The GEMM a BF16 layer (or a step past a switch) runs instead: `lax.dot_general` cast to lhs's dtype."""
-  return lambda l, r: jax.lax.dot_general(l, r, dimension_numbers).astype(out_dtype or l.dtype)
+  return lambda left, right: jax.lax.dot_general(left, right, dimension_numbers).astype(out_dtype or left.dtype)
 
 
 def core(lhs: jax.Array, rhs: jax.Array, dimension_numbers: DimensionNumbers, recipe: GemmRecipe) -> Core:
   """The emulated NVFP4 GEMM of lhs . rhs as the pipeline's core; its `extra` is the stochastic-rounding key. Its VJP
   parts are the numerics' own (Nvfp4Matmul), so after the forward-only switch only the BF16 forward GEMM runs."""
   parts = nvfp4_matmul(lhs, rhs, dimension_numbers, recipe)
-  return Core(call=lambda l, r, key: nvfp4_dot_general(l, r, dimension_numbers, key=key, recipe=recipe),
+  return Core(call=lambda left, right, key: nvfp4_dot_general(left, right, dimension_numbers, key=key, recipe=recipe),
               residuals=parts.residuals, fprop=parts.fprop, backward=parts.backward)
 
 

@@ -33,8 +33,14 @@ from MaxText.backends import stages
 from MaxText.backends.flags import current_step, gemm_flags
 from MaxText.nvfp4 import audit
 from MaxText.nvfp4.gemm import DimensionNumbers, GemmRecipe, as_matrices
-from MaxText.nvfp4.stats import BACKWARD_ROWS, FORWARD_ROWS, GEMM_OPERANDS, backward_operand_stats, \
-    empty_gemm_stats, forward_operand_stats
+from MaxText.nvfp4.stats import (
+  BACKWARD_ROWS,
+  FORWARD_ROWS,
+  GEMM_OPERANDS,
+  backward_operand_stats,
+  empty_gemm_stats,
+  forward_operand_stats,
+)
 from MaxText.precision.settings import Settings
 
 __all__ = ["AUDIT_NAME", "OVERWRITE_COLLECTION", "STATS_NAME", "Candidate", "Stages", "auditing", "empty_audit",
@@ -133,7 +139,7 @@ def inner(core: stages.Core, state: Stages, bf16: Callable[[jax.Array, jax.Array
     core_extra, sinks = extra
     run = switched
     for (measure, flag), sink in zip(state.taps, sinks):
-      run = stages.tap(run, measure, lambda l, r: as_matrices(l, r, dimension_numbers), sink, flag)
+      run = stages.tap(run, measure, lambda left, right: as_matrices(left, right, dimension_numbers), sink, flag)
     return run(lhs, rhs, core_extra)
 
   return gemm

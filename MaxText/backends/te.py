@@ -79,10 +79,12 @@ def dot_general_cls(precision: Precision, settings: Settings) -> type:
   NVFP4: TE's dense is the core of the GEMM pipeline (MaxText.backends.pipeline): the non-finite guard
   (nvfp4_nonfinite_check), the BF16 layers and late switch, the statistics (nvfp4_stats_interval: our bit-exact
   quantizer's statistics of the bf16 operands TE quantizes), the audit (nvfp4_audit_interval: TE's quantizers,
-  MaxText.backends.te_quantize, against ours) and the forward-only switch around it, as `settings` asks. FP8 (attention projections under nvfp4_attention_precision=fp8): TE's current-scaling dense alone.
+  MaxText.backends.te_quantize, against ours) and the forward-only switch around it, as `settings` asks. FP8
+  (attention projections under nvfp4_attention_precision=fp8): TE's current-scaling dense alone.
   """
   # pylint: disable-next=import-outside-toplevel  # optional heavy dependency: TE, only where a TE module is built
   from transformer_engine.jax import dense as te_dense
+
   # pylint: disable-next=import-outside-toplevel  # optional heavy dependency: TE, as above
   from transformer_engine.jax.flax.module import TransformerEngineBase
 
@@ -117,8 +119,8 @@ def dot_general_cls(precision: Precision, settings: Settings) -> type:
       if is_nvfp4:
         quantizer_set = _kernel_without_rht(quantizer_set)
 
-      def te_path(l, r, qs):  # TE's RHT kernel takes bf16 only
-        return te_dense.dense(l.astype(jnp.bfloat16), r.astype(jnp.bfloat16), contracting_dims=contracting_dims,
+      def te_path(left, right, qs):  # TE's RHT kernel takes bf16 only
+        return te_dense.dense(left.astype(jnp.bfloat16), right.astype(jnp.bfloat16), contracting_dims=contracting_dims,
                               quantizer_set=qs).astype(out_dtype)
 
       if not is_nvfp4:

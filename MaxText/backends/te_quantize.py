@@ -47,6 +47,7 @@ def quantizer_set(recipe: GemmRecipe, key: jax.Array | None) -> Any:
   RHT), the output gradient 1D with the recipe's RHT and, with stochastic rounding, an RNG state from `key`."""
   # pylint: disable-next=import-outside-toplevel  # optional heavy dependency: TE, only where TE quantizes
   from transformer_engine.jax.quantize import QuantizeLayout, QuantizerSet, ScalingMode
+
   # pylint: disable-next=import-outside-toplevel  # optional heavy dependency: TE, as above
   from transformer_engine.jax.quantize.quantizer import NVFP4Quantizer
 
@@ -71,6 +72,7 @@ def candidate(recipe: GemmRecipe) -> Any:
   def quantize(tensor: jax.Array, operand: audit.Operand, key: jax.Array | None = None) -> tuple[jax.Array, ...]:
     # pylint: disable-next=import-outside-toplevel  # optional heavy dependency: TE, only where TE quantizes
     from transformer_engine.jax import cpp_extensions as tex
+
     # pylint: disable-next=import-outside-toplevel  # optional heavy dependency: TE, as above
     from transformer_engine.jax.quantize import TensorUsage
 

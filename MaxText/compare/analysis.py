@@ -29,9 +29,7 @@ from scipy import stats
 
 from MaxText.compare import verdict
 from MaxText.compare.metrics import RunMetrics
-from MaxText.compare.schema import (
-    Comparison, LossGap, MachineLoad, RunSummary, Settings, Status, Step0, WindowRule
-)  # fmt: skip
+from MaxText.compare.schema import Comparison, LossGap, MachineLoad, RunSummary, Settings, Status, Step0, WindowRule
 
 #: Window start as a fraction of the common steps when warm-up cannot be read: maxtext's default
 #: warmup_steps_fraction (0.1).

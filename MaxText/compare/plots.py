@@ -13,9 +13,8 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-from matplotlib.figure import Figure  # pylint: disable=wrong-import-position
-
 import numpy as np  # pylint: disable=wrong-import-position
+from matplotlib.figure import Figure  # pylint: disable=wrong-import-position
 
 from MaxText.compare import analysis  # pylint: disable=wrong-import-position
 from MaxText.compare.metrics import RunMetrics  # pylint: disable=wrong-import-position

@@ -17,9 +17,8 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-from matplotlib.figure import Figure  # pylint: disable=wrong-import-position
-
 import numpy as np  # pylint: disable=wrong-import-position
+from matplotlib.figure import Figure  # pylint: disable=wrong-import-position
 
 from MaxText.compare.metrics import RunMetrics  # pylint: disable=wrong-import-position
 from MaxText.compare.schema import QuantStatsRow, QuantStatsSummary  # pylint: disable=wrong-import-position

@@ -98,8 +98,9 @@ def loss_table(report: Report) -> str:
     rel = None if c.final_eval_gap_rel is None else 100 * c.final_eval_gap_rel
     max_gap = "n/a" if gap is None else f"{gap.max_nats:+.4f} ({gap.max_step})"
     rows.append([run.name, _status_note(c), str(c.common_steps), _fmt(c.final_eval_gap_nats, "+.4f"),
-                 _interval_note(c), _fmt(rel, "+.2f"), _fmt(c.final_eval_step, "d"), _fmt(gap and gap.final_smoothed_nats, "+.4f"),
-                 _fmt(gap and gap.mean_nats, "+.4f"), max_gap, step0, f"**{c.verdict.level.value}**"])
+                 _interval_note(c), _fmt(rel, "+.2f"), _fmt(c.final_eval_step, "d"),
+                 _fmt(gap and gap.final_smoothed_nats, "+.4f"), _fmt(gap and gap.mean_nats, "+.4f"), max_gap, step0,
+                 f"**{c.verdict.level.value}**"])
   return _markdown_table(header, rows)
 
 

@@ -4,8 +4,8 @@
 Why one module of typed models (pydantic, as the config schema and report.json are): the writers in this layer
 (`plan`, `run_record`, `telemetry`) and the readers (`MaxText.compare`) import the same definitions, so a renamed
 field or metric breaks a test instead of a report. Only pydantic here: the comparison tool reads these files without
-maxtext or jax (MaxText.precision.keys is pydantic only too). A file from another version that does not validate is the reader's to handle (compare does without
-it and says so).
+maxtext or jax (MaxText.precision.keys is pydantic only too). A file from another version that does not validate is
+the reader's to handle (compare does without it and says so).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from MaxText.precision.keys import PluginKeys
 
-__all__ = ["AUDIT_PREFIX", "CHANGES_FILE", "PLAN_FILE", "RECORD_FILE", "STATS_PREFIX", "Flops", "GemmEntry", "Plan", "RecipeRecord",
-           "RunRecord", "StatName", "SwitchesRecord", "audit_name", "parse_stat_name", "stat_name"]
+__all__ = ["AUDIT_PREFIX", "CHANGES_FILE", "PLAN_FILE", "RECORD_FILE", "STATS_PREFIX", "Flops", "GemmEntry", "Plan",
+           "RecipeRecord", "RunRecord", "StatName", "SwitchesRecord", "audit_name", "parse_stat_name", "stat_name"]
 
 PLAN_FILE = "precision_plan.json"
 RECORD_FILE = "nvfp4_run.json"

@@ -19,8 +19,8 @@ from maxtext.configs import types
 from MaxText.integration import flops, layers, plan, run_record
 from MaxText.integration.config import NVFP4Config
 from MaxText.integration.quant import quantization_from_config
-from MaxText.precision.modes import is_nvfp4
 from MaxText.integration.settings import settings_of
+from MaxText.precision.modes import is_nvfp4
 
 __all__ = ["maxtext_quantization", "wrap_configure_quantization", "wrap_initialize", "wrap_maybe_quantize_model",
            "wrap_train_loop"]

@@ -26,9 +26,9 @@ from typing import Any
 
 from etils import epath
 
-from MaxText.precision.modes import NVFP4_MODES
 from MaxText.integration import artifacts, audit
 from MaxText.integration.settings import settings_of
+from MaxText.precision.modes import NVFP4_MODES
 
 _LOG = logging.getLogger(__name__)
 RECORD_FILE = artifacts.RECORD_FILE

@@ -22,9 +22,9 @@ import jax.numpy as jnp
 
 from MaxText.backends.flags import step_scope
 from MaxText.integration import audit
+from MaxText.integration.settings import settings_of
 from MaxText.integration.telemetry import stats_metrics
 from MaxText.precision.modes import is_nvfp4
-from MaxText.integration.settings import settings_of
 from MaxText.precision.settings import Settings
 
 __all__ = ["wrap_iteration", "wrap_step"]

@@ -24,6 +24,7 @@ def traced_train_step(config: Any, devices: Sequence[Any]) -> tuple[Any, Any]:
   inputs (train_compile.get_shaped_inputs) and maxtext's shardings, nothing allocated."""
   # pylint: disable-next=import-outside-toplevel  # maxtext: after the plugin's register(), which patches it
   from maxtext.trainers.pre_train import train, train_compile
+
   # pylint: disable-next=import-outside-toplevel  # maxtext: as above
   from maxtext.utils import maxtext_utils, sharding
 

@@ -1,8 +1,8 @@
 # Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
 """NVFP4 format facts and the two saturating roundings every quantizer path shares.
 
-Every number here is a fact of the format or of TransformerEngine's kernels (docs/numerics.md#the-format, #quantize); no other
-module of the package writes one of them as a literal.
+Every number here is a fact of the format or of TransformerEngine's kernels (docs/numerics.md#the-format, #quantize);
+no other module of the package writes one of them as a literal.
 """
 
 import jax

@@ -7,7 +7,8 @@ Two layouts maxtext uses for routed experts (W: E x K x N, one K x N matrix per 
   batched  (sparse_matmul=false): x is E x T x K (each expert its own token slots) or T x K shared by every
            expert (maxtext's dropless einsum "BSM,EMH -> BSEH").
 
-Per expert e, exactly the dense recipe (docs/numerics.md#which-operand-gets-what), by calling `nvfp4_dot_general` under jax.vmap:
+Per expert e, exactly the dense recipe (docs/numerics.md#which-operand-gets-what), by calling `nvfp4_dot_general`
+under jax.vmap:
   fprop  y_e  = x_e . W_e      x_e 1D along K;           W_e 2D 16x16 tiles (shared with dgrad)
   dgrad  dx_e = dY_e . W_e^T   dY_e 1D along N, SR;      W_e the same tiles
   wgrad  dW_e = x_e^T . dY_e   both 1D along expert e's tokens, RHT (te_nvfp4), SR on dY_e

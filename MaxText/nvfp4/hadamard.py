@@ -1,5 +1,5 @@
 # Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
-"""The Random Hadamard Transform (RHT) TE applies to the weight-gradient GEMM's inputs (docs/numerics.md#random-hadamard-transform).
+"""The Random Hadamard Transform (RHT) TE applies to the wgrad GEMM's inputs (docs/numerics.md#random-hadamard-transform).
 
 R = diag(s) @ H16 / 4, with H16 the 16x16 Sylvester Hadamard matrix and s TE's fixed sign vector, so every
 entry of R is exactly +-0.25 and R is orthogonal (R @ R.T = I). TE applies y = x_run @ R to each run of

@@ -1,8 +1,8 @@
 # Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
 """NVFP4 quantize/dequantize in pure JAX, equal bit for bit to TransformerEngine's quantizer.
 
-The algorithm is docs/numerics.md (#quantize to #stochastic-rounding), in the kernels' own order of f32 operations: a global amax gives the
-tensor scale S_enc = 2688 / amax; each 16-element block (or 16x16 tile) gets an E4M3 scale
+The algorithm is docs/numerics.md (#quantize to #stochastic-rounding), in the kernels' own order of f32 operations:
+a global amax gives the tensor scale S_enc = 2688 / amax; each 16-element block (or 16x16 tile) gets an E4M3 scale
 s8 = e4m3(bamax * (S_enc * f32(1/6))); each element is multiplied once by enc = 1 / (f32(s8) / S_enc) and
 rounded to E2M1. Reconstruction: x ~= e2m1 * f32(s8) * (amax / 2688).
 
@@ -35,15 +35,15 @@ import numpy as np
 
 from MaxText.nvfp4 import hadamard, rounding
 from MaxText.nvfp4.formats import (
-    BLOCK_SIZE,
-    FLT_MAX,
-    ONE_SIXTH,
-    TENSOR_SCALE_RANGE,
-    fmin_flt_max,
-    e2m1_codes,
-    pack_e2m1,
-    round_to_e2m1_grid,
-    to_e4m3_satfinite,
+  BLOCK_SIZE,
+  FLT_MAX,
+  ONE_SIXTH,
+  TENSOR_SCALE_RANGE,
+  e2m1_codes,
+  fmin_flt_max,
+  pack_e2m1,
+  round_to_e2m1_grid,
+  to_e4m3_satfinite,
 )
 
 _ACCEPTED_DTYPES = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16), jnp.dtype(jnp.float32))

@@ -88,8 +88,9 @@ def quantization_stats(
 
 # --- The operands of one GEMM -----------------------------------------------------------------------------------
 
-#: The operands an NVFP4 GEMM quantizes, as rows of its statistics array (docs/numerics.md#which-operand-gets-what): fprop x and W, the
-#: dgrad output gradient dY, and the wgrad x^T and dY^T (blocked along M, RHT where the recipe applies it).
+#: The operands an NVFP4 GEMM quantizes, as rows of its statistics array (docs/numerics.md#which-operand-gets-what):
+#: fprop x and W, the dgrad output gradient dY, and the wgrad x^T and dY^T (blocked along M, RHT where the recipe
+#: applies it).
 GEMM_OPERANDS = ("fprop_x", "fprop_w", "dgrad_dy", "wgrad_x", "wgrad_dy")
 FORWARD_ROWS = (0, 1, 3)  # known in the forward pass: x and W
 BACKWARD_ROWS = (2, 4)  # known in the backward pass: dY

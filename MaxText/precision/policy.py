@@ -33,10 +33,10 @@ class AxesRule:
   gemm_class: GemmClass
 
 
-#: Kernel logical axes of maxtext 0.2.5 (docs/backends.md#what-the-integration-relies-on-in-maxtext): attention query ("embed_attn","q_heads","kv"),
-#: key/value ("embed_attn","kv_heads","kv_head_dim"), qkv ("embed_attn","heads","kv"), out
-#: ("heads","kv","embed_attn"); MLP wi/wi_0/wi_1 ("embed","mlp"), fused ("embed","num_activations","mlp"),
-#: wo ("mlp","embed").
+#: Kernel logical axes of maxtext 0.2.5 (docs/backends.md#what-the-integration-relies-on-in-maxtext): attention
+#: query ("embed_attn","q_heads","kv"), key/value ("embed_attn","kv_heads","kv_head_dim"), qkv
+#: ("embed_attn","heads","kv"), out ("heads","kv","embed_attn"); MLP wi/wi_0/wi_1 ("embed","mlp"), fused
+#: ("embed","num_activations","mlp"), wo ("mlp","embed").
 RULES: tuple[AxesRule, ...] = (
     AxesRule(any_of=frozenset({"embed_attn", "q_heads", "kv_heads", "heads", "kv", "kv_head_dim"}),
              gemm_class=GemmClass.ATTENTION),

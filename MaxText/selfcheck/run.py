@@ -146,6 +146,7 @@ def compile_only(config_path: str, overrides: Sequence[str], target: str, device
   `devices` `target` GPUs on this machine (the pre-flight's machinery; .venv-gpu, no GPU)."""
   # pylint: disable-next=import-outside-toplevel  # the pre-flight's compile machinery: CUDA jax and TE
   from MaxText.preflight import __main__ as preflight
+
   # pylint: disable-next=import-outside-toplevel  # as above
   from MaxText.preflight.compile import target_devices
 

@@ -12,6 +12,7 @@ from MaxText.precision.modes import Backend
 from MaxText.precision.policy import Precision
 from tests.helpers import settings
 
+
 @pytest.mark.parametrize("recipe,want", [
     (GemmRecipe(), dict(disable_rht=False, disable_stochastic_rounding=False, disable_2d_quantization=False)),
     (GemmRecipe(rht=False), dict(disable_rht=True, disable_stochastic_rounding=False, disable_2d_quantization=False)),

@@ -12,10 +12,9 @@ import numpy as np
 import pytest
 
 from MaxText.backends import flags
-from MaxText.precision import switches as sw
 from MaxText.backends.emulated import Nvfp4DotGeneral
-from tests.helpers import read_losses, resumed_losses, train_cli
-from tests.helpers import settings
+from MaxText.precision import switches as sw
+from tests.helpers import read_losses, resumed_losses, settings, train_cli
 
 _DIMS = (((1,), (0,)), ((), ()))
 

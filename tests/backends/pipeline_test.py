@@ -9,17 +9,16 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from MaxText.backends import flags
+from MaxText.backends import flags, pipeline, stages
 from MaxText.backends.emulated import Nvfp4DotGeneral
-from MaxText.backends.pipeline import OVERWRITE_COLLECTION as STATS_COLLECTION
-from MaxText.backends import pipeline, stages
 from MaxText.backends.pipeline import AUDIT_NAME, STATS_NAME
+from MaxText.backends.pipeline import OVERWRITE_COLLECTION as STATS_COLLECTION
 from MaxText.nvfp4 import audit
 from MaxText.nvfp4.gemm import GemmRecipe, as_matrices, nvfp4_dot_general
-from MaxText.selfcheck.candidates import FAULTS, Emulator
 from MaxText.nvfp4.stats import GEMM_OPERANDS, STAT_NAMES
-from tests.nvfp4.stats_test import _oracle
+from MaxText.selfcheck.candidates import FAULTS, Emulator
 from tests.helpers import settings
+from tests.nvfp4.stats_test import _oracle
 
 # DenseGeneral's MLP up-projection layout: x (batch, seq, embed) . W (embed, mlp).
 _DIMS = (((2,), (0,)), ((), ()))

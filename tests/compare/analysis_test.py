@@ -5,7 +5,9 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings as hyp_settings, strategies as st
+from hypothesis import given
+from hypothesis import settings as hyp_settings
+from hypothesis import strategies as st
 
 from MaxText.compare import analysis
 from MaxText.compare.schema import Settings, Status, WindowRule
@@ -181,8 +183,9 @@ def test_settings_reject_bad_values():
 )
 def test_gap_is_mean_of_differences(tmp_path_factory, base, shift, noise_seed):
   """For any losses: mean gap = mean(cand - base) over the window, max >= mean, and |max| <= max_abs."""
-  from MaxText.compare.metrics import read_jsonl  # pylint: disable=import-outside-toplevel
   import json  # pylint: disable=import-outside-toplevel
+
+  from MaxText.compare.metrics import read_jsonl  # pylint: disable=import-outside-toplevel
 
   rng = np.random.default_rng(noise_seed)
   base = np.asarray(base)
@@ -190,7 +193,8 @@ def test_gap_is_mean_of_differences(tmp_path_factory, base, shift, noise_seed):
   d = tmp_path_factory.mktemp("h")
   runs = []
   for name, losses in (("b", base), ("c", cand)):
-    lines = [json.dumps({"learning/loss": float(l), "step": s, "perf/step_time_seconds": 1.0}) for s, l in enumerate(losses)]
+    lines = [json.dumps({"learning/loss": float(loss), "step": s, "perf/step_time_seconds": 1.0})
+             for s, loss in enumerate(losses)]
     (d / f"{name}.jsonl").write_text("\n".join(lines) + "\n")
     runs.append(read_jsonl(d / f"{name}.jsonl", name))
   c = analysis.compare(runs[0], runs[1], Settings(window_start=0))

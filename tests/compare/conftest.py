@@ -53,8 +53,8 @@ def make_run(tmp_path: pathlib.Path) -> Callable[..., RunMetrics]:
     if lrs is None:
       lrs = [1e-3] * len(losses)
     records = [
-        maxtext_record(s, float(l), t, None if lrs is False else float(lrs[i]), name)
-        for i, (s, l, t) in enumerate(zip(steps, losses, step_times))
+        maxtext_record(s, float(loss), t, None if lrs is False else float(lrs[i]), name)
+        for i, (s, loss, t) in enumerate(zip(steps, losses, step_times))
     ]
     return read_jsonl(write_lines(tmp_path / name / "metrics.jsonl", records))
 

@@ -10,6 +10,7 @@ import pytest
 from MaxText.compare.report import read_report
 from MaxText.compare.schema import MetricsSource, Status
 from MaxText.data import corpus
+
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 STEPS = 8
 

@@ -103,8 +103,8 @@ def test_verdict_for_divergence_and_different_initial_weights(tmp_path, jsonl_wr
   write_lines, record = jsonl_writer
   base = _write_run(tmp_path, "bf16")
   losses = [8.0 - 0.05 * s for s in range(N)]
-  broken = [record(s, (math.nan if s >= 30 else l), run_name="nvfp4") for s, l in enumerate(losses)]
-  shifted = [record(s, l + 1.0, run_name="other") for s, l in enumerate(losses)]
+  broken = [record(s, (math.nan if s >= 30 else loss), run_name="nvfp4") for s, loss in enumerate(losses)]
+  shifted = [record(s, loss + 1.0, run_name="other") for s, loss in enumerate(losses)]
   runs = [base, load_run(write_lines(tmp_path / "nvfp4.jsonl", broken)),
           load_run(write_lines(tmp_path / "other.jsonl", shifted))]  # fmt: skip
   by = {c.candidate: c for c in build_report(runs, "bf16", Settings()).comparisons}
@@ -214,14 +214,14 @@ def test_loss_figure_draws_smoothed_raw_and_eval_gaps(tmp_path):
   fig = loss_figure([base, cand], report)
   ax_gap, ax_raw, ax_loss = fig.axes
   assert "trailing mean over 7 steps" in ax_gap.get_title() and "no smoothing" in ax_raw.get_title()
-  eval_line = next(l for l in ax_gap.get_lines() if l.get_label() == "te_nvfp4 eval")
+  eval_line = next(curve for curve in ax_gap.get_lines() if curve.get_label() == "te_nvfp4 eval")
   np.testing.assert_allclose(eval_line.get_xdata(), EVAL_STEPS)
   np.testing.assert_allclose(eval_line.get_ydata(), [0.1 * s / 39 for s in EVAL_STEPS])
-  raw = next(l for l in ax_raw.get_lines() if l.get_label() == "te_nvfp4")
+  raw = next(curve for curve in ax_raw.get_lines() if curve.get_label() == "te_nvfp4")
   assert np.max(raw.get_ydata()) == pytest.approx(report.comparisons[0].loss_gap.max_nats)
-  labels = [l.get_label() for l in ax_loss.get_lines()]
+  labels = [curve.get_label() for curve in ax_loss.get_lines()]
   assert {"bf16: training", "bf16: eval", "te_nvfp4: training", "te_nvfp4: eval"} <= set(labels)
-  styles = {l.get_label(): l.get_linestyle() for l in ax_loss.get_lines()}
+  styles = {curve.get_label(): curve.get_linestyle() for curve in ax_loss.get_lines()}
   assert styles["bf16: training"] != styles["te_nvfp4: training"]  # overlapping curves stay distinguishable
 
 

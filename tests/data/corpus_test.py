@@ -8,8 +8,8 @@ import pyarrow.parquet as pq
 import pytest
 import sentencepiece as spm
 
-from MaxText.data import corpus
 from MaxText.compare.metrics import read_jsonl
+from MaxText.data import corpus
 
 
 @pytest.fixture(scope="module")

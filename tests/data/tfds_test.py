@@ -69,7 +69,8 @@ def build_tiny_c4(data_dir: str) -> None:
     def _info(self):
       # DatasetInfo itself, not dataset_info_from_configs: that one reads metadata files next to the builder's module.
       text = tfds.features.Text()
-      return tfds.core.DatasetInfo(builder=self, features=tfds.features.FeaturesDict({"text": text, "timestamp": text, "url": text}))
+      features = tfds.features.FeaturesDict({"text": text, "timestamp": text, "url": text})
+      return tfds.core.DatasetInfo(builder=self, features=features)
 
     def _split_generators(self, dl_manager):
       del dl_manager  # nothing to download
@@ -86,7 +87,8 @@ def build_tiny_c4(data_dir: str) -> None:
 def test_recipe_tfds_wiring_trains_on_a_tiny_c4(run_train, tmp_path, monkeypatch):
   pythonpath = _tensorflow_pythonpath()
   if pythonpath is None:
-    pytest.skip(f"TensorFlow/tensorflow-datasets not found in {TFDS_SITE} or the venv: run ./setup.sh (requirements-tfds.txt)")
+    pytest.skip(f"TensorFlow/tensorflow-datasets not found in {TFDS_SITE} or the venv: run ./setup.sh "
+                "(requirements-tfds.txt)")
   from MaxText.compare.metrics import load_run  # pylint: disable=import-outside-toplevel
   from MaxText.data import corpus  # pylint: disable=import-outside-toplevel
 
@@ -103,7 +105,8 @@ def test_recipe_tfds_wiring_trains_on_a_tiny_c4(run_train, tmp_path, monkeypatch
   data_keys = [f"{key}={recipe[key]}" for key in RECIPE_DATA_KEYS]
   assert "dataset_type=tfds" in data_keys and "dataset_name=c4/en:3.0.1" in data_keys
   corpus.tokenizer.train([(REPO_ROOT / "README.md").read_text(encoding="utf-8")], tmp_path / corpus.TOKENIZER_NAME)
-  tokenizer = [o for o in corpus.corpus_overrides(tmp_path) if o.split("=")[0] in ("tokenizer_path", "tokenizer_type", "vocab_size")]
+  tokenizer = [o for o in corpus.corpus_overrides(tmp_path)
+               if o.split("=")[0] in ("tokenizer_path", "tokenizer_type", "vocab_size")]
   run_dir = tmp_path / "runs" / "tfds"
   run_dir.mkdir(parents=True)  # maxtext does not create metrics_file's folder
   monkeypatch.setenv("PYTHONPATH", pythonpath)  # run_train's subprocess inherits os.environ

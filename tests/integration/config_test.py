@@ -18,13 +18,13 @@ import MaxText
 from MaxText.integration import config as plugin_config
 from MaxText.integration import seam
 from MaxText.precision.modes import NVFP4_MODES, AttentionPrecision, Backend
-from tests.helpers import CONFIGS_DIR, REPO_ROOT, plugin_defaults, TINY_YML, load_config
+from tests.helpers import CONFIGS_DIR, REPO_ROOT, TINY_YML, load_config, plugin_defaults
 
 MaxText.register()
 
 # pylint: disable=wrong-import-position,wrong-import-order
-from maxtext.configs import pyconfig, types
-from maxtext.layers import quantizations
+from maxtext.configs import pyconfig, types  # noqa: E402  after MaxText.register(), which patches maxtext
+from maxtext.layers import quantizations  # noqa: E402  after MaxText.register(), which patches maxtext
 
 _OUR_KEYS = plugin_defaults()
 

@@ -17,8 +17,8 @@ from tests.helpers import TINY_YML, load_config, run_cache
 MaxText.register()
 
 # pylint: disable=wrong-import-position,wrong-import-order
-from maxtext.configs import pyconfig, types
-from maxtext.layers import quantizations
+from maxtext.configs import pyconfig, types  # noqa: E402  after MaxText.register(), which patches maxtext
+from maxtext.layers import quantizations  # noqa: E402  after MaxText.register(), which patches maxtext
 
 
 def test_callers_config_class_keeps_working() -> None:

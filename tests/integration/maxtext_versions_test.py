@@ -18,11 +18,11 @@ switches, statistics every few steps.
 
 from __future__ import annotations
 
+import io
 import os
 import pathlib
 import subprocess
 import sys
-import io
 import tarfile
 
 import pytest

@@ -238,7 +238,7 @@ def test_te_backend_with_moe_on_this_machine_fails_at_config_load(run_train, tmp
   """Through the CLI: exit 2 and one line (TE cannot run here at all, which is checked first)."""
   run = run_train(["quantization=te_nvfp4", "nvfp4_backend=te", *MIXTRAL, "steps=1",
                    f"base_output_directory={tmp_path}"])
-  lines = [l for l in run.stderr.splitlines() if l.startswith("MaxText.train: config error:")]
+  lines = [line for line in run.stderr.splitlines() if line.startswith("MaxText.train: config error:")]
   assert run.returncode == 2 and len(lines) == 1 and "nvfp4_backend=te" in lines[0], run.stderr[-3000:]
 
 

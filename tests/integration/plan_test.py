@@ -16,7 +16,7 @@ from tests.helpers import TINY_YML, load_config
 MaxText.register()
 
 # pylint: disable=wrong-import-position,wrong-import-order
-from maxtext.utils import model_creation_utils
+from maxtext.utils import model_creation_utils  # noqa: E402  after MaxText.register(), which patches maxtext
 
 
 def test_the_plan_is_written_once_and_read_back_by_compare(tmp_path: pathlib.Path, capsys):

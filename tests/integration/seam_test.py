@@ -19,8 +19,8 @@ from tests.helpers import REPO_ROOT, TINY_YML, load_config
 MaxText.register()
 
 # pylint: disable=wrong-import-position,wrong-import-order
-from maxtext.kernels import megablox
-from maxtext.trainers.pre_train import train as maxtext_train
+from maxtext.kernels import megablox  # noqa: E402  after MaxText.register(), which patches maxtext
+from maxtext.trainers.pre_train import train as maxtext_train  # noqa: E402  after MaxText.register(), which patches maxtext
 
 
 def test_every_register_hook_is_installed_and_wraps_maxtexts_function():

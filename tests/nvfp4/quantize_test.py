@@ -13,8 +13,8 @@ import pytest
 from hypothesis import strategies as st
 
 from MaxText.nvfp4 import Nvfp4Tensor, dequantize, quantize
-from tests.nvfp4 import reference
 from tests.helpers import examples
+from tests.nvfp4 import reference
 
 
 @functools.partial(jax.jit, static_argnames=("scaling", "rht"))

@@ -1,5 +1,5 @@
 # Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
-"""A plain-NumPy oracle of TE's NVFP4 quantizer, written from docs/numerics.md (#quantize to #random-hadamard-transform) line by line.
+"""A NumPy oracle of TE's NVFP4 quantizer, line by line from docs/numerics.md (#quantize to #random-hadamard-transform).
 
 Independent of MaxText.nvfp4 on purpose: E2M1 rounding is a nearest-value search over the 8 magnitudes
 with ties to the even code (not a dtype cast), scales use ml_dtypes' e4m3fn cast after a saturating clamp,

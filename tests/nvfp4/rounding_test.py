@@ -6,8 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from MaxText.nvfp4 import dequantize, quantize
-from MaxText.nvfp4 import rounding
+from MaxText.nvfp4 import dequantize, quantize, rounding
 from MaxText.nvfp4.formats import E2M1_MAGNITUDES
 
 
@@ -73,7 +72,8 @@ def test_random_bits_are_uniform_and_shape_deterministic():
   # Neighbouring elements are not correlated.
   flat = bits.ravel().astype(np.float64)
   assert abs(np.corrcoef(flat[:-1], flat[1:])[0, 1]) < 0.01
-  np.testing.assert_array_equal(bits, np.asarray(jax.jit(rounding.random_bits, static_argnums=1)(jax.random.key(6), (256, 1024))))
+  jitted = jax.jit(rounding.random_bits, static_argnums=1)(jax.random.key(6), (256, 1024))
+  np.testing.assert_array_equal(bits, np.asarray(jitted))
 
 
 def test_nan_goes_to_plus_six():

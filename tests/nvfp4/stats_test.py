@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from MaxText.nvfp4 import quantization_stats
 from MaxText.nvfp4.stats import STAT_NAMES
-from tests.nvfp4 import reference
 from tests.helpers import examples
+from tests.nvfp4 import reference
 
 
 def _oracle(x: np.ndarray, scaling: str = "1d", rht: bool = False) -> dict[str, float]:

@@ -73,7 +73,7 @@ ENTRY %main (p: bf16[32,1024]) -> bf16[32,1024] {
   %loop = (s32[], bf16[32,1024]{1,0}) while(%init), condition=%cond, body=%body
   ROOT %result = bf16[32,1024]{1,0} get-tuple-element(%loop), index=1
 }
-"""
+"""  # noqa: E501  HLO text as XLA prints it: one instruction a line, however long
 
 ROW = 1024 * 2  # one bf16[1,1024] layer slice
 
@@ -165,7 +165,7 @@ ENTRY %main (p: bf16[4096,1024]) -> bf16[1024,1024] {
   %rs-start = ((bf16[4096,1024]{1,0}), bf16[1024,1024]{1,0}) reduce-scatter-start(%p), channel_id=1, replica_groups=mesh['fsdp'=4] {'fsdp'}, dimensions={0}, to_apply=%add
   ROOT %rs-done = bf16[1024,1024]{1,0} reduce-scatter-done(%rs-start)
 }
-"""
+"""  # noqa: E501  HLO text as XLA prints it: one instruction a line, however long
   (scatter,) = kernels.kernels(hlo)
   assert scatter.name == "rs-start" and scatter.work.math is Math.COLLECTIVE
   assert scatter.work.group == 4 and scatter.work.wire_bytes == 4096 * 1024 * 2 * 3 // 4  # (n-1)/n of the operand
@@ -222,7 +222,7 @@ ENTRY %main (x: f4e2m1fn[2,8192,4096], xs: f8e4m3fn[2,8192,256], w: f4e2m1fn[143
   %unknown = f32[1]{0} custom-call(%a), custom_call_target="SomeVendorKernel"
   ROOT %out = bf16[2,8192,14336]{2,1,0} get-tuple-element(%te_gemm), index=0
 }
-"""
+"""  # noqa: E501  HLO text as XLA prints it: one instruction a line, however long
 MLP_GEMM_FLOPS = 2 * 16384 * 14336 * 4096  # 2 M N K: 2 x 8192 tokens, MLP width 14336, hidden 4096
 
 

@@ -98,7 +98,7 @@ ENTRY %main (h0: bf16[2,8192,14336], x0: bf16[2,8192,4096]) -> bf16[2,8192,14336
   %loop = (s32[], bf16[2,8192,14336]{{2,1,0}}, bf16[2,8192,4096]{{2,1,0}}) while(%init), condition=%cond, body=%body, metadata={{op_name="jit(train_step)/jvp()/while"}}, backend_config={{"known_trip_count":{{"n":"32"}}}}
   ROOT %result = bf16[2,8192,14336]{{2,1,0}} get-tuple-element(%loop), index=1
 }}
-"""
+"""  # noqa: E501  HLO text as XLA prints it: one instruction a line, however long
 
 
 def _found() -> dict[str, kernels.Kernel]:

@@ -82,8 +82,8 @@ TINY_TE = ["base_emb_dim=128", "head_dim=32", "base_mlp_dim=256", "per_device_ba
 
 
 def _train_step(overrides, target, count):
-  from tests.te import harness  # pylint: disable=import-outside-toplevel
   from tests.helpers import TINY_YML  # pylint: disable=import-outside-toplevel
+  from tests.te import harness  # pylint: disable=import-outside-toplevel
 
   given = {o.split("=", 1)[0] for o in overrides}
   base = [o for o in TINY_TE if o.split("=", 1)[0] not in given]  # maxtext refuses a key given twice

@@ -102,8 +102,8 @@ def test_1d_weights_with_rht_lower_with_a_plain_kernel_quantizer(te):
   from transformer_engine.common import recipe as te_recipe  # pylint: disable=import-outside-toplevel
   from transformer_engine.jax.flax.module import TransformerEngineBase  # pylint: disable=import-outside-toplevel
 
-  from MaxText.nvfp4.gemm import GemmRecipe  # pylint: disable=import-outside-toplevel
   from MaxText.backends.te import nvfp4_recipe_kwargs  # pylint: disable=import-outside-toplevel
+  from MaxText.nvfp4.gemm import GemmRecipe  # pylint: disable=import-outside-toplevel
 
   recipe = GemmRecipe(rht=True, stochastic_rounding=True, weight_2d=False)
 

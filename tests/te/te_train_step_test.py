@@ -108,7 +108,10 @@ def test_nonfinite_check_in_the_train_step(blackwell, te_nvfp4_text):
   del blackwell
   off = _lower(TINY, ["quantization=te_nvfp4", "nvfp4_backend=te", "nvfp4_nonfinite_check=false", *TINY_TE,
                       *ONE_DEVICE])
-  count = lambda text: len(re.findall(r"stablehlo\.is_finite", text))  # pylint: disable=unnecessary-lambda-assignment
+
+  def count(text):
+    return len(re.findall(r"stablehlo\.is_finite", text))
+
   # 3 MLP GEMMs in the scanned layer body: x and W checked in the forward and again in its rematerialization for
   # the backward (maxtext's remat), dY in the backward. Nothing else in maxtext's train step uses is_finite.
   assert (count(te_nvfp4_text), count(off)) == (3 * (2 + 2 + 1), 0)
