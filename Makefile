@@ -32,7 +32,7 @@ test-fast: setup ## The inner loop: the CPU suite without the training subproces
 
 test-te: ## Build .venv-gpu (./setup.sh --gpu; ~25 min once) and lower the TE backend to CUDA on CPU.
 	./setup.sh --gpu --venv $(GPU_VENV)
-	MAXTEXT_TE_TESTS=required $(GPU_VENV)/bin/python -m pytest -v -p no:cacheprovider tests/te
+	MAXTEXT_TE_TESTS=required $(GPU_VENV)/bin/python -m pytest -q -n 2 --dist worksteal -p no:cacheprovider tests/te
 
 test-export: setup ## Build .venv-export (./setup.sh --export: torch CPU, compressed-tensors, transformers, ModelOpt) and read exports with the formats' own code.
 	./setup.sh --export --venv $(EXPORT_VENV)

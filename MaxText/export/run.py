@@ -9,6 +9,7 @@ import pathlib
 import sys
 from typing import Any
 
+import jax.numpy as jnp
 import numpy as np
 
 from MaxText.export import layouts, mapping, source
@@ -121,7 +122,7 @@ def export(config: Any, out: pathlib.Path, fmt: Format, force: bool = False, pro
       d.write_shard(tensors)
     nvfp4 = tuple(sorted(n for n, p in plan.items() if p is Precision.NVFP4))
     ignore = tuple(sorted(n for n, p in plan.items() if p is Precision.BF16 and _linear(n, tuple(model.shapes[n]))))
-    _write_configs(d, model, fmt, list(ignore))
+    _write_configs(d, model, fmt, list(ignore), jnp.dtype(dtype).name)
     tokenizer = _tokenizer(config, d)
     d.write_index()
     d.write_json(METADATA_FILE, _metadata(config, checkpoint, fmt, exact, line, nvfp4, ignore, tokenizer,
@@ -129,7 +130,7 @@ def export(config: Any, out: pathlib.Path, fmt: Format, force: bool = False, pro
   return Summary(out, checkpoint.step, exact, line, nvfp4, ignore, tokenizer)
 
 
-def _write_configs(d: ExportDir, model: mapping.Model, fmt: Format, ignore: list[str]) -> None:
+def _write_configs(d: ExportDir, model: mapping.Model, fmt: Format, ignore: list[str], compute_dtype: str) -> None:
   """config.json (maxtext's HF config, sized from the run) with the format's quantization config; ModelOpt's
   hf_quant_config.json beside it."""
   # pylint: disable-next=import-outside-toplevel  # import cost: maxtext, transformers and tqdm load when exporting
@@ -137,6 +138,10 @@ def _write_configs(d: ExportDir, model: mapping.Model, fmt: Format, ignore: list
   hf = model.hf_config.to_dict()
   if hf.get("model_type") in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
     hf["architectures"] = [MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[hf["model_type"]]]
+  if fmt is not Format.BF16:
+    # The libraries decompress NVFP4 weights to bf16 (compressed-tensors on the first forward), so the model must load
+    # in the run's compute dtype: with none named, transformers loads float32 and that forward fails.
+    hf["dtype"] = compute_dtype
   if fmt is Format.COMPRESSED_TENSORS:
     hf["quantization_config"] = layouts.quantization_config(fmt, ignore)
   elif fmt is Format.MODELOPT:

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
+
 from MaxText.integration.cli import not_overridden
 from tests import helpers
 from tests.export.conftest import EXPORT_PYTHON

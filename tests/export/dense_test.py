@@ -13,19 +13,19 @@ import numpy as np
 import pytest
 
 from tests import helpers
-from tests.export.checks import (ALL_RUNS, DENSE, LAYERS, STEP, check_load, check_logits, check_weights, config_of,
-                                 export, parameters)
+from tests.export import checks
+from tests.export.checks import check_load, check_logits, check_weights, config_of, export, parameters
 
 #: The runs this file trains (tests/export/conftest.py's `trained`).
-RUNS = {name: ALL_RUNS[name] for name in ("dense_scanned",)}
+RUNS = {name: checks.ALL_RUNS[name] for name in ("dense_scanned",)}
 
 
 @pytest.mark.slow
 def test_compressed_tensors_reads_the_forwards_own_nvfp4_operands(trained, tmp_path):
   run = "dense_scanned"
   summary = export(trained[run], tmp_path / run)
-  assert summary.exact and summary.step == STEP, summary
-  assert check_weights(tmp_path / run, parameters(trained[run]), run, "compressed-tensors", tmp_path) == LAYERS * 3
+  assert summary.exact and summary.step == checks.STEP, summary
+  assert check_weights(tmp_path / run, parameters(trained[run]), run, "compressed-tensors", tmp_path) == checks.LAYERS * 3
   # Attention and the head stay BF16, listed in the format's ignore list; no MLP weight is.
   ignore = json.loads((tmp_path / run / "config.json").read_text())["quantization_config"]["ignore"]
   assert "lm_head" in ignore and "model.layers.1.self_attn.q_proj" in ignore, ignore
@@ -49,7 +49,7 @@ def test_modelopt_layout_reads_the_same_operands(trained, tmp_path):
   export(trained[run], tmp_path / "mo", "modelopt")
   quant = json.loads((tmp_path / "mo" / "hf_quant_config.json").read_text())["quantization"]
   assert quant["quant_algo"] == "W4A16_NVFP4" and quant["group_size"] == 16 and "lm_head" in quant["exclude_modules"]
-  assert check_weights(tmp_path / "mo", parameters(trained[run]), run, "modelopt", tmp_path) == LAYERS * 3
+  assert check_weights(tmp_path / "mo", parameters(trained[run]), run, "modelopt", tmp_path) == checks.LAYERS * 3
 
 
 # --- each check fails on a planted fault -------------------------------------------------------------------------
@@ -112,9 +112,9 @@ def test_metadata_names_the_source_the_nvfp4_tensors_and_each_files_checksum(tra
 
   export(trained["dense_scanned"], tmp_path / "ct")
   meta = json.loads((tmp_path / "ct" / METADATA_FILE).read_text())
-  assert meta["source"]["step"] == STEP and meta["source"]["run_name"] == "dense_scanned", meta["source"]
+  assert meta["source"]["step"] == checks.STEP and meta["source"]["run_name"] == "dense_scanned", meta["source"]
   assert meta["nvfp4"]["exact"] is True and meta["nvfp4"]["weight_scaling"] == "2d"
-  assert len(meta["nvfp4"]["tensors"]) == LAYERS * 3 and meta["recipe"]["quantization"] == "te_nvfp4"
+  assert len(meta["nvfp4"]["tensors"]) == checks.LAYERS * 3 and meta["recipe"]["quantization"] == "te_nvfp4"
   files = {p.name for p in (tmp_path / "ct").iterdir()} - {METADATA_FILE}
   assert set(meta["files_sha256"]) == files
   assert all(_sha256(tmp_path / "ct" / name) == digest for name, digest in meta["files_sha256"].items())
@@ -131,7 +131,7 @@ def test_metadata_names_the_source_the_nvfp4_tensors_and_each_files_checksum(tra
 def test_the_forward_precision_at_the_step_decides_exact_or_post_training(more, exact, says, trained, tmp_path):
   summary = export(trained["dense_scanned"], tmp_path / "ct", "compressed-tensors", *more)
   assert summary.exact is exact and says in summary.line, summary
-  assert len(summary.nvfp4) == LAYERS * 3  # the same recipe either way
+  assert len(summary.nvfp4) == checks.LAYERS * 3  # the same recipe either way
 
 
 @pytest.mark.slow
@@ -180,7 +180,7 @@ def test_a_weight_nvfp4_cannot_block_is_refused_with_its_dims():
   from MaxText.export.layouts import Format  # pylint: disable=import-outside-toplevel
   from MaxText.export.mapping import ExportError  # pylint: disable=import-outside-toplevel
 
-  config = config_of([*DENSE, "base_mlp_dim=200", "quantization="])  # a bf16 run: post-training quantization
+  config = config_of([*checks.DENSE, "base_mlp_dim=200", "quantization="])  # a bf16 run: post-training quantization
   model = mapping.model_of(config)
   with pytest.raises(ExportError, match=r"model.layers.0.mlp.gate_proj.weight \[200, 64\]: output features 200"):
     run._plan(config, model, list(model.param_map), Format.COMPRESSED_TENSORS)  # pylint: disable=protected-access

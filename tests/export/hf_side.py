@@ -93,12 +93,12 @@ def logits(d: pathlib.Path, tokens: pathlib.Path, out: pathlib.Path, dequantize:
 
 
 def load(d: pathlib.Path, out: pathlib.Path) -> None:
-  """transformers' default load of the export (no options): what it did not find or did not use, and whether a
-  forward pass gives finite logits."""
+  """transformers' default load of the export (`from_pretrained(DIR)`, no options: the dtype is config.json's): what
+  it did not find or did not use, and whether a forward pass gives finite logits."""
   # pylint: disable=import-outside-toplevel
   from transformers import AutoModelForCausalLM
 
-  model, info = AutoModelForCausalLM.from_pretrained(str(d), output_loading_info=True, dtype=torch.bfloat16)
+  model, info = AutoModelForCausalLM.from_pretrained(str(d), output_loading_info=True)
   with torch.no_grad():
     finite = bool(torch.isfinite(model.eval()(torch.arange(16)[None]).logits).all())
   out.write_text(json.dumps({**{k: sorted(map(str, v)) for k, v in info.items()}, "finite": finite}), encoding="utf-8")
