@@ -36,6 +36,7 @@ test-te: ## Build .venv-gpu (./setup.sh --gpu; ~25 min once) and lower the TE ba
 
 test-export: setup ## Build .venv-export (./setup.sh --export: torch CPU, compressed-tensors, transformers, ModelOpt) and read exports with the formats' own code.
 	./setup.sh --export --venv $(EXPORT_VENV)
+	./setup.sh --gpu --venv $(GPU_VENV)  # TE's reference quantizer (tests/export/reference_test.py); seconds once built
 	MAXTEXT_EXPORT_TESTS=required MAXTEXT_EXPORT_PYTHON=$(EXPORT_VENV)/bin/python $(PYTEST) tests/export
 
 quickstart: setup ## bf16/fp8/te_nvfp4/te_nvfp4_no_rht on the local corpus (6-9 min on 2 quiet CPU cores), compared in results/quickstart/
