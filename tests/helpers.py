@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -165,3 +166,19 @@ def resumed_losses(root: pathlib.Path, run_name: str, keep_through: int, overrid
   resumed = {int(r["step"]): float(r["learning/loss"]) for r in rows}
   assert min(resumed) == keep_through + 1, sorted(resumed)
   return resumed
+
+
+def gate_group(items: list[Any], folder: pathlib.Path, available: Callable[[], bool], required_env: str,
+               reason: str) -> None:
+  """A test group that needs an environment of its own (tests/te: TransformerEngine; tests/export: .venv-export):
+  where `available()` is false its tests are skipped with `reason`, or the run fails when `required_env` is
+  `required` (make test-te, make test-export), so that CI never skips a group it was asked to run."""
+  import pytest  # pylint: disable=import-outside-toplevel  # only conftest files call this
+
+  mine = [item for item in items if str(item.fspath).startswith(f"{folder}{os.sep}")]
+  if not mine or available():
+    return
+  if os.environ.get(required_env) == "required":
+    raise pytest.UsageError(f"{required_env}=required but {reason}")
+  for item in mine:
+    item.add_marker(pytest.mark.skip(reason=reason))

@@ -18,22 +18,14 @@ import pytest
 
 from tests import helpers
 
-_REQUIRED = os.environ.get("MAXTEXT_EXPORT_TESTS") == "required"
 #: The interpreter with the formats' libraries (setup.sh --export).
 EXPORT_PYTHON = pathlib.Path(os.environ.get("MAXTEXT_EXPORT_PYTHON", helpers.REPO_ROOT / ".venv-export/bin/python"))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
   del config
-  here = os.path.dirname(os.path.abspath(__file__))
-  mine = [item for item in items if str(item.fspath).startswith(here + os.sep)]
-  if not mine or EXPORT_PYTHON.exists():
-    return
-  reason = f"tests/export needs {EXPORT_PYTHON} (torch, compressed-tensors, transformers): run `make test-export`"
-  if _REQUIRED:
-    raise pytest.UsageError(f"MAXTEXT_EXPORT_TESTS=required but {reason}")
-  for item in mine:
-    item.add_marker(pytest.mark.skip(reason=reason))
+  helpers.gate_group(items, pathlib.Path(__file__).parent, EXPORT_PYTHON.exists, "MAXTEXT_EXPORT_TESTS",
+                     f"tests/export needs {EXPORT_PYTHON} (torch, compressed-tensors, transformers): run `make test-export`")
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,7 @@ sets MAXTEXT_TE_TESTS=required, under which a missing or broken TE fails the run
 from __future__ import annotations
 
 import os
+import pathlib
 
 import pytest
 
@@ -19,21 +20,13 @@ if "--xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "
   os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4").strip()
 
 from MaxText.preflight import deviceless  # pylint: disable=wrong-import-position
-
-_REQUIRED = os.environ.get("MAXTEXT_TE_TESTS") == "required"
+from tests import helpers  # pylint: disable=wrong-import-position
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
   del config
-  here = os.path.dirname(os.path.abspath(__file__))
-  te_items = [item for item in items if str(item.fspath).startswith(here + os.sep)]
-  if not te_items or deviceless.te_installed():
-    return
-  reason = "tests/te needs TransformerEngine (transformer_engine_jax): run `make test-te`, which builds .venv-gpu"
-  if _REQUIRED:
-    raise pytest.UsageError(f"MAXTEXT_TE_TESTS=required but {reason}")
-  for item in te_items:
-    item.add_marker(pytest.mark.skip(reason=reason))
+  helpers.gate_group(items, pathlib.Path(__file__).parent, deviceless.te_installed, "MAXTEXT_TE_TESTS",
+                     "tests/te needs TransformerEngine (transformer_engine_jax): run `make test-te`, which builds .venv-gpu")
 
 
 @pytest.fixture(scope="session")
