@@ -14,6 +14,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+import jax
 import numpy as np
 
 from MaxText.integration.run_keys import run_keys
@@ -21,7 +22,7 @@ from MaxText.integration.settings import settings_of
 from MaxText.precision.policy import Precision
 
 __all__ = ["ExportError", "Model", "exact", "forward_precision", "gemm_class", "hf_tensors", "model_of", "params_only",
-           "precision_of", "supported_models"]
+           "converted", "pieces", "precision_of", "supported_models"]
 
 
 class ExportError(ValueError):
@@ -73,6 +74,37 @@ def hf_tensors(model: Model, key: str | tuple[str, ...], weight: Any, config: An
   # pylint: disable-next=import-outside-toplevel  # import cost: maxtext, transformers and tqdm load when exporting
   from maxtext.checkpoint_conversion.utils.utils import process_maxtext_param
   return process_maxtext_param(key, weight, model.param_map, model.hook_fns, model.shapes, config)
+
+
+def _single_stack(model: Model, key: Any) -> list[str] | None:
+  """The HF names of a parameter stacked on one axis (scanned layers, or one unscanned layer's experts), else None."""
+  targets = model.param_map[key]
+  if isinstance(key, str) and isinstance(targets, list) and targets and all(isinstance(t, str) for t in targets):
+    return targets
+  return None
+
+
+def pieces(model: Model, key: Any) -> int:
+  """How many pieces `converted` yields for parameter `key` (the export writes one shard per piece)."""
+  return len(_single_stack(model, key) or [None])
+
+
+def converted(model: Model, key: Any, weight: Any, config: Any) -> Iterator[list[tuple[str, np.ndarray]]]:
+  """`hf_tensors` of one checkpoint parameter, one layer (or expert) at a time where it is stacked on one axis.
+
+  Why: maxtext's `process_maxtext_param` slices such a parameter along its stacking axis and converts every slice, then
+  returns them all; handing it one slice at a time, with that slice's HF name, keeps one layer's tensors in memory
+  instead of every layer's. The axis is maxtext's rule (param_scan_axis for a scanned weight, else the leading expert
+  axis). A parameter stacked on two axes (scanned experts) is converted whole."""
+  names = _single_stack(model, key)
+  if names is None:
+    yield hf_tensors(model, key, weight, config)
+    return
+  keys = run_keys(config)
+  axis = keys.param_scan_axis if keys.scan_layers and np.ndim(weight) > keys.param_scan_axis else 0
+  for i, name in enumerate(names):
+    piece = jax.lax.index_in_dim(weight, i, axis=axis, keepdims=False)
+    yield hf_tensors(dataclasses.replace(model, param_map={key: name}), key, piece, config)
 
 
 _LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")

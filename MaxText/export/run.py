@@ -109,17 +109,18 @@ def export(config: Any, out: pathlib.Path, fmt: Format, force: bool = False, pro
   written_fmt = Format.COMPRESSED_TENSORS if fmt is Format.BF16 else fmt  # bf16: no quantized tensor at all
   # pylint: disable-next=import-outside-toplevel  # import cost: maxtext, transformers and tqdm load when exporting
   from tqdm import tqdm
-  with ExportDir(out, force, shards=len(keys)) as d:
+  with ExportDir(out, force, shards=sum(mapping.pieces(model, key) for key in keys)) as d:
     for key in tqdm(keys, desc="export", unit="param", disable=not progress, file=sys.stderr):
       weight = [state.pop(k) for k in key] if isinstance(key, tuple) else state.pop(key)
-      tensors: dict[str, np.ndarray] = {}
-      for name, array in mapping.hf_tensors(model, key, weight, config):
-        if plan[name] is Precision.NVFP4:
-          tensors.update(layouts.tensors_of(name, layouts.quantize_weight(array, dtype, two_d), written_fmt))
-        else:
-          tensors[name] = array
+      for piece in mapping.converted(model, key, weight, config):  # one layer or expert at a time where stacked
+        tensors: dict[str, np.ndarray] = {}
+        for name, array in piece:
+          if plan[name] is Precision.NVFP4:
+            tensors.update(layouts.tensors_of(name, layouts.quantize_weight(array, dtype, two_d), written_fmt))
+          else:
+            tensors[name] = array
+        d.write_shard(tensors)
       del weight
-      d.write_shard(tensors)
     nvfp4 = tuple(sorted(n for n, p in plan.items() if p is Precision.NVFP4))
     ignore = tuple(sorted(n for n, p in plan.items() if p is Precision.BF16 and _linear(n, tuple(model.shapes[n]))))
     _write_configs(d, model, fmt, list(ignore), jnp.dtype(dtype).name)
