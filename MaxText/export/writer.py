@@ -2,8 +2,8 @@
 """The export directory, written so that an interrupted export leaves nothing that looks complete: everything goes
 to a hidden sibling directory, renamed to the destination only once the last file is closed.
 
-Weights are written one safetensors shard per checkpoint parameter as soon as it is converted (so the host holds
-one parameter's tensors at a time, beyond the checkpoint reader's), with Hugging Face's shard index beside them."""
+Weights are written one safetensors shard per converted piece (a parameter, or one layer or expert of a stacked one:
+MaxText.export.mapping.converted) as soon as it is converted, with Hugging Face's shard index beside them."""
 
 from __future__ import annotations
 
