@@ -44,9 +44,7 @@ def _names(targets: Any) -> list[str]:
   """The HF names a parameter maps to, flattened (maxtext nests them by layer and expert)."""
   if isinstance(targets, str):
     return [targets]
-  if isinstance(targets, tuple):  # a composite target: one parameter split into several HF tensors
-    return [n for t in targets for n in _names(t)]
-  return [n for t in targets for n in _names(t)]
+  return [n for t in targets for n in _names(t)]  # a list (layers, experts) or a tuple (one parameter split in several)
 
 
 def _linear(name: str, shape: tuple[int, ...]) -> bool:

@@ -182,7 +182,12 @@ def _replaced(kernel: np.ndarray, replace: Callable[[np.ndarray], np.ndarray]) -
 
 def _bf16_dequantized(w: np.ndarray) -> np.ndarray:
   """The NVFP4 weight as transformers holds it after compressed-tensors decompresses it (bf16), in [in, out]."""
-  return _forward_operand(w)["dequantized"].T.astype("bfloat16").astype(np.float32)
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+
+  from MaxText.nvfp4.quantize import dequantize, quantize  # pylint: disable=import-outside-toplevel
+
+  # Only the dequantized weight: the codes, scales and GEMM operand that _forward_operand also builds are not needed.
+  return np.asarray(dequantize(quantize(jnp.asarray(w).astype(jnp.bfloat16), "2d"))).astype("bfloat16").astype(np.float32)
 
 
 def check_logits(export: pathlib.Path, overrides: list[str], params: dict[str, np.ndarray], run: str,

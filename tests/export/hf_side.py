@@ -31,7 +31,7 @@ def _f32(t: torch.Tensor) -> np.ndarray:
   return t.to(torch.float32).numpy()
 
 
-def _compressed_tensors(d: pathlib.Path, config: dict, tensors: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
+def _compressed_tensors(config: dict, tensors: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
   # pylint: disable=import-outside-toplevel
   from compressed_tensors.compressors.nvfp4.base import NVFP4PackedCompressor
   from compressed_tensors.compressors.nvfp4.helpers import unpack_fp4_from_uint8
@@ -75,7 +75,7 @@ def weights(d: pathlib.Path, out: pathlib.Path) -> None:
   config = json.loads((d / "config.json").read_text(encoding="utf-8"))
   tensors = _tensors(d)
   method = config["quantization_config"]["quant_method"]
-  arrays = _compressed_tensors(d, config, tensors) if method == "compressed-tensors" else _modelopt(tensors)
+  arrays = _compressed_tensors(config, tensors) if method == "compressed-tensors" else _modelopt(tensors)
   np.savez(out, **arrays)
 
 
