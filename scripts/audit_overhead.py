@@ -37,6 +37,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 # pylint: disable=wrong-import-position
 from MaxText.backends.targets import TARGETS
 from MaxText.integration import cli, seam
+from MaxText.precision.taps import STATISTICS
 from MaxText.preflight import __main__ as preflight
 from MaxText.preflight import kernels as kernels_lib
 from MaxText.preflight import programs, report
@@ -101,7 +102,7 @@ def per_gemm(config: Any, target: str) -> list[dict[str, Any]]:
   from MaxText.preflight.compile import target_devices
 
   (device,) = target_devices(target, 1)
-  settings = dataclasses.replace(settings_of(config), stats_interval=0)
+  settings = settings_of(config).with_interval(STATISTICS.key, 0)
   rows = []
   for dims in (d for d in gemm_dims(config, settings) if d.phase == "train"):
     name, m, k, n = dims.module.rsplit("/", 1)[-1], dims.m, dims.k_global, dims.n_global

@@ -68,12 +68,16 @@ def load_config(yml: pathlib.Path | str = TINY_YML, *overrides: str) -> Any:
 
 def settings(**fields: Any) -> Any:
   """Settings of a te_nvfp4 run with the schema's defaults (no decoder layers), `fields` replaced: what a GEMM module
-  or a tool is handed, e.g. settings(recipe=GemmRecipe(rht=False), switches=Switches(from_step=3))."""
+  or a tool is handed, e.g. settings(recipe=GemmRecipe(rht=False), switches=Switches(from_step=3)). A tap's interval
+  is given by its name, as `stats_interval=10` (into Settings.intervals)."""
   # pylint: disable-next=import-outside-toplevel  # jax: only tests that build GEMMs (the TE group sets its platform)
   from MaxText.precision.keys import PluginKeys
   from MaxText.precision.settings import Settings  # pylint: disable=import-outside-toplevel  # as above
 
-  return dataclasses.replace(Settings.of(PluginKeys(), quantization="te_nvfp4", num_layers=0), **fields)
+  base = Settings.of(PluginKeys(), quantization="te_nvfp4", num_layers=0)
+  for name in [name for name in fields if f"nvfp4_{name}" in dict(base.intervals)]:
+    base = base.with_interval(f"nvfp4_{name}", fields.pop(name))
+  return dataclasses.replace(base, **fields)
 
 
 def blackwell_environment(gpus: int = 1, te_nvfp4_error: str | None = None) -> Any:

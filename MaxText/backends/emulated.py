@@ -56,8 +56,9 @@ class Nvfp4DotGeneral(nn.Module):
     key = sr_key(self) if recipe.stochastic_rounding else None
     state, sinks = pipeline.stages_of(self, self.settings, guard=False, candidate=audit.emulated)
     bf16 = unquantized(dimension_numbers)
-    gemm = pipeline.inner(core(lhs, rhs, dimension_numbers, recipe), state, bf16, dimension_numbers)
-    return pipeline.outer(gemm, state, bf16)(lhs, rhs, (key, sinks))
+    gemm = pipeline.assembled(state, lambda left, right: core(left, right, dimension_numbers, recipe), bf16,
+                              dimension_numbers)
+    return gemm(lhs, rhs, (key, sinks))
 
 
 class UnquantizedDotGeneral(nn.Module):

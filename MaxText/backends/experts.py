@@ -134,16 +134,17 @@ class ExpertCall:
                                 "for this model.")
     sinks = tuple(sink[index] for sink in self.sinks)  # (E, ...) each: one expert's slice per vmapped GEMM
 
-    def per_expert(x_e, w_e, key_e, sinks_e):
-      bf16_e = unquantized(EXPERT_DIMS)
-      gemm = pipeline.inner(self.gemms.core(x_e, w_e, EXPERT_DIMS, self.recipe), self.state, bf16_e, EXPERT_DIMS)
-      return gemm(x_e, w_e, (key_e, sinks_e))
+    def over_experts(one_expert: Callable[..., jax.Array]) -> Callable[..., jax.Array]:
+      def nvfp4(*ops_and_extra):
+        *ops, extra = ops_and_extra
+        return layout(*ops, key=key, recipe=self.recipe, extra=extra,
+                      gemm=lambda x_e, w_e, key_e, sinks_e: one_expert(x_e, w_e, (key_e, sinks_e)))
 
-    def nvfp4(*ops_and_extra):
-      *ops, extra = ops_and_extra
-      return layout(*ops, key=key, recipe=self.recipe, gemm=per_expert, extra=extra)
+      return nvfp4
 
-    return pipeline.outer(nvfp4, self.state, bf16)(*operands, sinks)
+    gemm = pipeline.assembled(self.state, lambda x_e, w_e: self.gemms.core(x_e, w_e, EXPERT_DIMS, self.recipe),
+                              unquantized(EXPERT_DIMS), EXPERT_DIMS, over_experts=over_experts, bf16_all=bf16)
+    return gemm(*operands, sinks)
 
 
 _ACTIVE: contextvars.ContextVar[ExpertCall | None] = contextvars.ContextVar("nvfp4_expert_call", default=None)

@@ -30,8 +30,9 @@ import numpy as np
 from jax.ad_checkpoint import checkpoint_name
 
 from MaxText.nvfp4.gemm import QUANTIZATION_NAME
+from MaxText.precision.taps import Measure
 
-__all__ = ["GUARD_SCOPE", "TAP_SCOPE", "Core", "Gemm", "Measure", "forward_switch", "guard", "select_bf16", "tap"]
+__all__ = ["GUARD_SCOPE", "TAP_SCOPE", "Core", "Gemm", "forward_switch", "guard", "select_bf16", "tap"]
 
 #: The named scopes (jax.named_scope) the guard's and the taps' own operations run under, the GEMM they wrap outside
 #: them: metadata in the compiled program's name stacks, by which the pre-flight attributes their kernels
@@ -99,22 +100,6 @@ def forward_switch(core: Core, bf16: Callable[[jax.Array, jax.Array], jax.Array]
 
   switched.defvjp(fwd, bwd)
   return lambda x, w, extra: switched(x, w, extra, flag)
-
-
-@dataclasses.dataclass(frozen=True)
-class Measure:
-  """What a tap measures of one GEMM's operands, as rows of a float32 array (rows x columns).
-
-  forward(x, w): the rows known in the forward pass, from x (M x K) and W (K x N) as the GEMM sees them.
-  backward(dy): the rows known in the backward pass, from dY (M x N).
-  forward_rows / backward_rows: where those rows go in the whole array; `empty()` is the array before any step.
-  """
-
-  forward: Callable[[jax.Array, jax.Array], jax.Array]
-  backward: Callable[[jax.Array], jax.Array]
-  forward_rows: tuple[int, ...]
-  backward_rows: tuple[int, ...]
-  empty: Callable[[], jax.Array]
 
 
 def tap(gemm: Gemm, measure: Measure, matrices: Callable[[jax.Array, jax.Array], tuple[jax.Array, jax.Array]],

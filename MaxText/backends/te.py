@@ -128,8 +128,8 @@ def dot_general_cls(precision: Precision, settings: Settings) -> type:
       state, sinks = pipeline.stages_of(self, settings, guard=settings.nonfinite_check,
                                         candidate=te_quantize.candidate(settings.recipe))
       bf16 = unquantized(dimension_numbers, out_dtype)
-      gemm = pipeline.inner(Core.from_vjp(te_path), state, bf16, dimension_numbers)
-      return pipeline.outer(gemm, state, bf16)(lhs, rhs, (quantizer_set, sinks))
+      gemm = pipeline.assembled(state, lambda left, right: Core.from_vjp(te_path), bf16, dimension_numbers)
+      return gemm(lhs, rhs, (quantizer_set, sinks))
 
   TeDotGeneral.__name__ = f"TeDotGeneral_{precision.value}"
   return TeDotGeneral

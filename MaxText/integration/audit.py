@@ -15,8 +15,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from MaxText.integration import telemetry
 from MaxText.precision.modes import AuditAction
 from MaxText.precision.settings import Settings
+from MaxText.precision.taps import AUDIT
 
 __all__ = ["AuditMismatch", "act", "raise_pending"]
 
@@ -60,3 +62,6 @@ def raise_pending(checkpoint_manager: Any = None) -> None:
   if checkpoint_manager is not None and hasattr(checkpoint_manager, "wait_until_finished"):
     checkpoint_manager.wait_until_finished()
   raise AuditMismatch(_pending.pop())
+
+
+telemetry.on_written(AUDIT, act)  # every audit step's written counts, on the host

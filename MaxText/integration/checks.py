@@ -20,6 +20,7 @@ from MaxText.precision.gemm_shapes import block_errors
 from MaxText.precision.modes import Backend, plain
 from MaxText.precision.policy import Precision
 from MaxText.precision.settings import Settings
+from MaxText.precision.taps import TAPS, Tap
 from MaxText.precision.te_rules import te_errors
 
 __all__ = ["check", "experts_error"]
@@ -30,8 +31,8 @@ def check(config: Any, settings: Settings, env: environment.Environment | None =
 
   `env` is what the backend choice is made against (default: `environment.current()`, asked only for NVFP4 modes).
   """
-  _check_periodic(config, settings, "nvfp4_stats_interval", settings.stats_interval, "the statistics describe")
-  _check_periodic(config, settings, "nvfp4_audit_interval", settings.audit_interval, "the audit compares")
+  for tap in TAPS:
+    _check_periodic(config, settings, tap)
   if not settings.nvfp4:
     return
   mode = settings.quantization
@@ -55,15 +56,16 @@ def check(config: Any, settings: Settings, env: environment.Environment | None =
     raise ValueError(errors[0] + (f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""))
 
 
-def _check_periodic(config: Any, settings: Settings, key: str, interval: int, what: str) -> None:
-  """nvfp4_stats_interval / nvfp4_audit_interval: not negative; only where NVFP4 GEMMs run and maxtext hands the
+def _check_periodic(config: Any, settings: Settings, tap: Tap) -> None:
+  """A tap's interval (nvfp4_<tap>_interval): not negative; only where NVFP4 GEMMs run and maxtext hands the
   measurement back (the `_overwrite_with_gradient` route: no gradient accumulation loop, no pipeline)."""
+  key, interval, what = tap.key, tap.interval(settings), tap.what
   if interval < 0:
     raise ValueError(f"{key}={interval} is negative; use 0 (off) or N >= 1 (every N steps).")
   if not interval:
     return
   if not settings.nvfp4:
-    raise ValueError(f"{key}={interval} with quantization={settings.quantization!r}: {what} NVFP4 GEMMs; use "
+    raise ValueError(f"{key}={interval} with quantization={settings.quantization!r}: it measures NVFP4 GEMMs ({what}); use "
                      f"quantization=te_nvfp4 or te_nvfp4_no_rht, or {key}=0.")
   if settings.mlp is not Precision.NVFP4:
     raise ValueError(f"{key}={interval} with nvfp4_mlp_precision=bf16: no GEMM is NVFP4, so there is nothing to "

@@ -29,6 +29,7 @@ from etils import epath
 from MaxText.integration import artifacts, audit
 from MaxText.integration.settings import settings_of
 from MaxText.precision.modes import NVFP4_MODES
+from MaxText.precision.taps import TAPS, Tap
 
 _LOG = logging.getLogger(__name__)
 RECORD_FILE = artifacts.RECORD_FILE
@@ -46,13 +47,14 @@ def current_training_run() -> str | None:
   return _run_dir.get()
 
 
-def _reinitialized(old: str, new: str, old_stats: int = 0, new_stats: int = 0) -> str:
-  """What maxtext fills from a fresh init when a checkpoint written under `old` resumes under `new` (and with
-  nvfp4_stats_interval `old_stats` -> `new_stats`)."""
+def _reinitialized(old: str, new: str, started: tuple[Tap, ...] = ()) -> str:
+  """What maxtext fills from a fresh init when a checkpoint written under `old` resumes under `new`, with the taps
+  `started` on now and off then."""
   parts = []
-  if new_stats and not old_stats:
-    parts.append("the per-GEMM statistics and audit variables (nvfp4_stats, nvfp4_audit) start at zero until the next "
-                 "statistics or audit step")
+  if started:
+    variables = ", ".join(tap.variable for tap in started)
+    whats = " and ".join(tap.what for tap in started)
+    parts.append(f"the per-GEMM tap variables ({variables}) start at zero until the next step of {whats}")
   if new in NVFP4_MODES and old not in NVFP4_MODES:
     parts.append("the NVFP4 stochastic-rounding counters (nvfp4_sr_count) and layer indices start fresh")
   if new.startswith("fp8") and not old.startswith("fp8"):
@@ -62,9 +64,9 @@ def _reinitialized(old: str, new: str, old_stats: int = 0, new_stats: int = 0) -
   return "; ".join(parts)
 
 
-def _measures(record: dict[str, Any]) -> int:
-  """Whether a record's run kept per-GEMM measurement variables (statistics or audit): their interval, 0 for none."""
-  return int(record.get("nvfp4_stats_interval") or 0) or int(record.get("nvfp4_audit_interval") or 0)
+def _started(before: dict[str, Any], now: dict[str, Any]) -> tuple[Tap, ...]:
+  """The taps (MaxText.precision.taps) on in record `now` and off in record `before`: their variables are new."""
+  return tuple(tap for tap in TAPS if int(now.get(tap.key) or 0) and not int(before.get(tap.key) or 0))
 
 
 def _has_checkpoint(directory: epath.Path) -> bool:
@@ -90,7 +92,7 @@ def note_resume(config: Any) -> dict[str, Any] | None:
       old_mode, new_mode = str(before.get("quantization") or ""), str(now["quantization"] or "")
       change = {"time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                 "changed": changed,
-                "reinitialized": _reinitialized(old_mode, new_mode, _measures(before), _measures(now))}
+                "reinitialized": _reinitialized(old_mode, new_mode, _started(before, now))}
       keys = ", ".join(f"{k}: {v['old']!r} -> {v['new']!r}" for k, v in changed.items())
       _LOG.warning("NVFP4: resuming %s with changed precision settings (%s); %s. Recorded in %s", directory, keys,
                    change["reinitialized"], directory / CHANGES_FILE)

@@ -65,13 +65,13 @@ def wrap_step(step_fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _with_stats_metrics(out: Any, config: Any) -> Any:
-  """A train step's (state, metrics) with the GEMMs' statistics and audit counts added to the scalars
-  (nvfp4_stats_interval or nvfp4_audit_interval > 0); anything else (eval metrics, other modes, both off) unchanged."""
+  """A train step's (state, metrics) with the GEMMs' tap measurements added to the scalars (a tap on: statistics,
+  audit, ...; MaxText.precision.taps); anything else (eval metrics, other modes, every tap off) unchanged."""
   if not (is_nvfp4(getattr(config, "quantization", None)) and isinstance(out, tuple) and len(out) == 2
           and isinstance(out[1], dict) and isinstance(out[1].get("scalar"), dict)):
     return out
   settings = settings_of(config)
-  if not (settings.stats_interval or settings.audit_interval):
+  if not settings.taps_on:
     return out
   state, metrics = out
   scalars = {**metrics["scalar"], **stats_metrics(state, settings, int(getattr(config, "first_num_dense_layers", 0)

@@ -1,17 +1,17 @@
 # Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
-"""Per-GEMM quantization statistics into maxtext's metrics: `nvfp4/layer_03/mlp/wo/wgrad_dy/underflow`.
+"""The taps' per-GEMM measurements into maxtext's metrics: `nvfp4/layer_03/mlp/wo/wgrad_dy/underflow`.
 
-The GEMMs leave their latest statistics in `nvfp4_stats` variables of the train state
-(MaxText.backends.pipeline). After maxtext's train_step, inside the same compiled step, `stats_metrics` reads
-them into the step's scalar metrics, one scalar per decoder layer, GEMM, operand and statistic; maxtext then
-writes them where it writes every scalar (TensorBoard, `metrics_file`, GCS, W&B). The values are the same arrays
-on every step, refreshed only on statistics steps (Settings.is_stats_step), so `filter_written_metrics` drops them on
-the host from every other step's record (and from eval records): a statistic appears at steps 0, N, 2N, ... only.
+The GEMMs leave each tap's latest measurement (MaxText.precision.taps: the statistics, the audit, ...) in a variable of
+the train state named by the tap (MaxText.backends.pipeline). After maxtext's train_step, inside the same compiled
+step, `stats_metrics` reads them into the step's scalar metrics, one scalar per decoder layer, GEMM, operand and
+column, named under the tap's prefix; maxtext then writes them where it writes every scalar (TensorBoard,
+`metrics_file`, GCS, W&B). The values are the same arrays on every step, refreshed only on the tap's steps
+(Tap.is_step), so `filter_written_metrics` drops them on the host from every other step's record (and from eval
+records): a tap with interval N appears at steps 0, N, 2N, ... only.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import inspect
 from collections.abc import Callable
@@ -21,40 +21,28 @@ import jax
 import jax.numpy as jnp
 
 from MaxText.backends.experts import EXPERT_GEMMS
-from MaxText.backends.pipeline import AUDIT_NAME, STATS_NAME
 from MaxText.integration import artifacts
-from MaxText.integration import audit as audit_findings
 from MaxText.integration.layers import layer_indices
 from MaxText.integration.settings import settings_of
-from MaxText.nvfp4 import audit
-from MaxText.nvfp4.stats import GEMM_OPERANDS, STAT_NAMES
+from MaxText.nvfp4.stats import GEMM_OPERANDS
 from MaxText.precision.modes import is_nvfp4
 from MaxText.precision.settings import Settings
+from MaxText.precision.taps import TAPS, ExpertReduction, Tap
 
-__all__ = ["PREFIX", "filter_written_metrics", "stats_metrics"]
+__all__ = ["PREFIX", "filter_written_metrics", "on_written", "stats_metrics"]
 
 #: Every statistic's metric name starts with it (MaxText.integration.artifacts: the tools read the same names).
 PREFIX = artifacts.STATS_PREFIX
-#: Statistics an expert stack also reports for its worst expert.
-_WORST = ("underflow", "rel_error")
 
 
-@dataclasses.dataclass(frozen=True)
-class _Tap:
-  """One measurement the GEMMs leave in a variable of the state, as metrics: its variable, how a cell is named, its
-  columns, how an expert stack's experts are reduced, and which steps carry it (Settings' rule)."""
-
-  variable: str
-  name: Callable[[int, str, str, str], str]  # (layer, gemm, operand, column) -> metric name
-  columns: tuple[str, ...]
-  is_step: Callable[[Settings, int], Any]
-  counts: bool  # cells are counts (the audit): an expert stack reports their sum; else means (and the worst)
+#: Host-side actions on a tap's written metrics: tap name -> act(settings, step, that tap's metrics). The module
+#: that owns the action registers it (MaxText.integration.audit: nvfp4_audit_action); telemetry names no tap.
+_ACTIONS: dict[str, Callable[[Settings, int, dict[str, Any]], None]] = {}
 
 
-_TAPS = (
-    _Tap(STATS_NAME, artifacts.stat_name, STAT_NAMES, Settings.is_stats_step, counts=False),
-    _Tap(AUDIT_NAME, artifacts.audit_name, audit.COLUMNS, Settings.is_audit_step, counts=True),
-)
+def on_written(tap: Tap, act: Callable[[Settings, int, dict[str, Any]], None]) -> None:
+  """Calls `act(settings, step, metrics)` on every step where `tap` measures, with the tap's written metrics."""
+  _ACTIONS[tap.name] = act
 
 
 def _model_path(path: tuple[Any, ...]) -> tuple[str, ...]:
@@ -66,13 +54,13 @@ def _model_path(path: tuple[Any, ...]) -> tuple[str, ...]:
 
 
 def stats_metrics(state: Any, settings: Settings, first_num_dense_layers: int = 0) -> dict[str, jax.Array]:
-  """{metric name: float32 scalar} for every NVFP4 GEMM statistics and audit variable in `state` (traced or
-  concrete): `nvfp4/layer_03/mlp/wo/wgrad_dy/rel_error`, `nvfp4/audit/layer_03/mlp/wo/dgrad_dy/codes`.
+  """{metric name: float32 scalar} for every NVFP4 GEMM tap variable in `state` (traced or concrete):
+  `nvfp4/layer_03/mlp/wo/wgrad_dy/rel_error` (statistics), `nvfp4/audit/layer_03/mlp/wo/dgrad_dy/codes` (audit).
 
   A GEMM is named by the modules between its decoder layer and the GEMM module (e.g. mlp/wi_0); decoder layers
   that run BF16 throughout (nvfp4_bf16_first/last_layers, nvfp4_bf16_layers) quantize nothing and are left out.
   """
-  taps = {tap.variable: tap for tap in _TAPS}
+  taps = {tap.variable: tap for tap in TAPS}
   metrics: dict[str, jax.Array] = {}
   for path, leaf in jax.tree_util.tree_leaves_with_path(state):
     names = _model_path(path)
@@ -93,37 +81,36 @@ def stats_metrics(state: Any, settings: Settings, first_num_dense_layers: int = 
         continue
       for i, operand in enumerate(GEMM_OPERANDS):
         for j, column in enumerate(tap.columns):
-          metrics[tap.name(layer, gemm, operand, column)] = values[i, j]
+          metrics[tap.metric(layer, gemm, operand, column)] = values[i, j]
   return metrics
 
 
-def _expert_stack_metrics(tap: _Tap, layer: int, gemm: str, values: jax.Array) -> dict[str, jax.Array]:
-  """One expert GEMM's cells over its experts (values: experts x operands x columns). Counts (the audit): their sum.
-  Statistics: amax the largest, the others the mean over experts, and `<stat>_worst`, the largest expert's, for
-  underflow and rel_error. An expert that received no token in the step reports zeros and pulls the mean down."""
+def _expert_stack_metrics(tap: Tap, layer: int, gemm: str, values: jax.Array) -> dict[str, jax.Array]:
+  """One expert GEMM's cells over its experts (values: experts x operands x columns), by the tap's reduction. Counts
+  (the audit): their sum. Statistics: amax the largest, the others the mean over experts, and `<column>_worst`, the
+  largest expert's, for the tap's `worst` columns. An expert that received no token in the step reports zeros and
+  pulls the mean down."""
   out = {}
   for i, operand in enumerate(GEMM_OPERANDS):
     for j, column in enumerate(tap.columns):
       cells = values[:, i, j]
-      if tap.counts:
-        out[tap.name(layer, gemm, operand, column)] = jnp.sum(cells)
+      if tap.experts is ExpertReduction.SUM:
+        out[tap.metric(layer, gemm, operand, column)] = jnp.sum(cells)
         continue
-      out[tap.name(layer, gemm, operand, column)] = jnp.max(cells) if column == "amax" else jnp.mean(cells)
-      if column in _WORST:
-        out[tap.name(layer, gemm, operand, f"{column}_worst")] = jnp.max(cells)
+      out[tap.metric(layer, gemm, operand, column)] = jnp.max(cells) if column == "amax" else jnp.mean(cells)
+      if column in tap.worst:
+        out[tap.metric(layer, gemm, operand, f"{column}_worst")] = jnp.max(cells)
   return out
 
 
-def _tap_of(name: str) -> _Tap | None:
-  """The tap a written metric belongs to (audit names start with the statistics' prefix too: checked first)."""
-  if name.startswith(artifacts.AUDIT_PREFIX):
-    return _TAPS[1]
-  return _TAPS[0] if name.startswith(PREFIX) else None
+def _tap_of(name: str) -> Tap | None:
+  """The tap a written metric belongs to (Tap.owns: its prefix, then a layer)."""
+  return next((tap for tap in TAPS if tap.owns(name)), None)
 
 
 def filter_written_metrics(write: Callable[..., Any]) -> Callable[..., Any]:
-  """Wraps maxtext's MetricLogger.write_metrics: `nvfp4/` statistics are written only for statistics steps and
-  `nvfp4/audit/` counts only for audit steps (MaxText.integration.audit acts on what the audit found)."""
+  """Wraps maxtext's MetricLogger.write_metrics: each tap's metrics are written only for the steps it measures on
+  (train records of an NVFP4 run), and a tap's registered action (`on_written`) sees them on those steps."""
   signature = inspect.signature(write)
 
   @functools.wraps(write)
@@ -138,8 +125,9 @@ def filter_written_metrics(write: Callable[..., Any]) -> Callable[..., Any]:
       kept = {k: v for k, v in scalars.items()
               if (tap := _tap_of(k)) is None or (train and tap.is_step(settings, int(step)))}
       bound.arguments["metrics"] = {**metrics, "scalar": kept}
-      if train and settings.is_audit_step(int(step)):
-        audit_findings.act(settings, int(step), {k: v for k, v in kept.items() if _tap_of(k) is _TAPS[1]})
+      for tap in settings.taps_on if train else ():
+        if tap.name in _ACTIONS and tap.is_step(settings, int(step)):
+          _ACTIONS[tap.name](settings, int(step), {k: v for k, v in kept.items() if _tap_of(k) is tap})
     return write(*bound.args, **bound.kwargs)
 
   return wrapped

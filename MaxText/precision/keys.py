@@ -13,11 +13,12 @@ import pydantic
 from pydantic import Field
 
 from MaxText.precision.modes import AttentionPrecision, AuditAction, Backend, MlpPrecision, MoeExperts
+from MaxText.precision.taps import TAPS
 
 __all__ = ["PluginKeys"]
 
 
-class PluginKeys(pydantic.BaseModel):
+class _DeclaredKeys(pydantic.BaseModel):
   """The nvfp4_* keys. They take effect only when `quantization` is one of the plugin's modes (NVFP4_MODES); with
   any other quantization they are validated and ignored (the validators in MaxText.integration.config say where)."""
 
@@ -63,21 +64,6 @@ class PluginKeys(pydantic.BaseModel):
       ),
   )
 
-  nvfp4_stats_interval: int = Field(
-      0,
-      description="Every N training steps (step 0 included), each NVFP4 GEMM reports amax, underflow, relative error"
-      " and subnormal block scales of every operand it quantizes as maxtext metrics named nvfp4/layer_XX/...;"
-      " 0: off (the program is the one without statistics). Losses are the same either way.",
-  )
-
-  nvfp4_audit_interval: int = Field(
-      0,
-      description="Every N training steps (step 0 included), each NVFP4 GEMM also quantizes its operands with the"
-      " plugin's bit-exact quantizer and compares them with the backend's (TE's kernels on the TE backend; the"
-      " emulated backend compares its quantizer with itself, always 0): mismatching codes, block scales and amax per"
-      " layer, GEMM and operand as maxtext metrics named nvfp4/audit/layer_XX/...; dY's stochastically rounded codes"
-      " are checked to be one of their two E2M1 neighbours. 0: off. Losses are the same either way.",
-  )
   nvfp4_audit_action: AuditAction = Field(
       AuditAction.WARN,
       description="What an audit mismatch does: 'warn' (one line naming the first mismatch; training goes on) or"
@@ -109,3 +95,11 @@ class PluginKeys(pydantic.BaseModel):
       description="From this training step on only the forward NVFP4 GEMMs run in BF16; dgrad and wgrad stay NVFP4"
       " (the paper: switching the forward pass recovers most of the gap); both backends. None: never.",
   )
+
+
+#: The nvfp4_* keys: those declared above, and each tap's interval (MaxText.precision.taps: `nvfp4_<name>_interval`,
+#: built from the registry so that a tap declared outside the package loads like the built-in ones).
+PluginKeys = pydantic.create_model(
+    "PluginKeys", __base__=_DeclaredKeys, __module__=__name__,
+    **{tap.key: (int, Field(0, description=tap.description)) for tap in TAPS})
+PluginKeys.__doc__ = _DeclaredKeys.__doc__

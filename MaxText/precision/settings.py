@@ -18,6 +18,7 @@ from MaxText.precision.keys import PluginKeys
 from MaxText.precision.modes import NVFP4_MODES, AuditAction, Backend, plain
 from MaxText.precision.policy import Precision, PrecisionPolicy
 from MaxText.precision.switches import Switches
+from MaxText.precision.taps import TAPS, Tap
 
 __all__ = ["KEY_PREFIX", "Settings"]
 
@@ -36,8 +37,8 @@ class Settings:
   recipe: the GEMM recipe (RHT from the mode, stochastic rounding, 2D weight scaling).
   switches: the BF16 layers and steps, with the decoder layer count.
   nonfinite_check: the TE backend's NaN/Inf guard (nvfp4_nonfinite_check).
-  stats_interval: per-GEMM operand statistics every N steps, 0 off (nvfp4_stats_interval).
-  audit_interval, audit_action: the in-training audit of the backend's quantized operands (nvfp4_audit_*).
+  intervals: (key, N) of every tap (MaxText.precision.taps), N = 0 off: the periodic measurements of the GEMMs.
+  audit_action: what an in-training audit mismatch does (nvfp4_audit_action).
   record: every nvfp4_* key with its plain value, plus quantization: what a run directory records.
   """
 
@@ -49,8 +50,7 @@ class Settings:
   recipe: GemmRecipe
   switches: Switches
   nonfinite_check: bool
-  stats_interval: int
-  audit_interval: int
+  intervals: tuple[tuple[str, int], ...]
   audit_action: AuditAction
   record: tuple[tuple[str, Any], ...]
 
@@ -73,13 +73,20 @@ class Settings:
     """nvfp4_moe_experts=bf16 was asked for (the plan then accepts BF16 experts)."""
     return self.moe_experts is Precision.BF16
 
-  def is_stats_step(self, step: Any) -> Any:
-    """Whether training step `step` measures the per-GEMM statistics (`every`'s rule for nvfp4_stats_interval)."""
-    return self.every(self.stats_interval, step)
+  def interval(self, key: str) -> int:
+    """The interval of the tap whose config key is `key` (Tap.key), 0 when off."""
+    return dict(self.intervals)[key]
 
-  def is_audit_step(self, step: Any) -> Any:
-    """Whether training step `step` audits the backend's quantized operands (`every`'s rule, nvfp4_audit_interval)."""
-    return self.every(self.audit_interval, step)
+  def with_interval(self, key: str, interval: int) -> Settings:
+    """These settings with the tap whose config key is `key` at `interval` (0: off)."""
+    if key not in dict(self.intervals):
+      raise KeyError(f"{key} is not a tap's interval key; they are {[k for k, _ in self.intervals]}")
+    return dataclasses.replace(self, intervals=tuple((k, interval if k == key else v) for k, v in self.intervals))
+
+  @property
+  def taps_on(self) -> tuple[Tap, ...]:
+    """The taps this run measures with (interval > 0), in registry order."""
+    return tuple(tap for tap in TAPS if self.interval(tap.key))
 
   def every(self, interval: int, step: Any) -> Any:
     """The rule of every periodic measurement: every `interval`-th step (0 included), before nvfp4_bf16_from_step
@@ -112,8 +119,7 @@ class Settings:
                           layers=tuple(int(i) for i in keys.nvfp4_bf16_layers), num_layers=int(num_layers),
                           from_step=keys.nvfp4_bf16_from_step, forward_from_step=keys.nvfp4_bf16_forward_from_step),
         nonfinite_check=bool(keys.nvfp4_nonfinite_check),
-        stats_interval=int(keys.nvfp4_stats_interval),
-        audit_interval=int(keys.nvfp4_audit_interval),
+        intervals=tuple((tap.key, int(getattr(keys, tap.key))) for tap in TAPS),
         audit_action=AuditAction(plain(keys.nvfp4_audit_action)),
         record=record + (("quantization", mode),),
     )

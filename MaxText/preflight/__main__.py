@@ -211,7 +211,7 @@ def _comparison_kernels(args: argparse.Namespace, comparison: programs.Compariso
          f"{args.devices} x {args.target}: {type(e).__name__}: {' '.join(str(e).split())[:300]}")
 
 
-def _without_taps(args: argparse.Namespace, config: Any) -> list[tuple[programs.Tap, list[kernels_lib.Kernel]]]:
+def _without_taps(args: argparse.Namespace, config: Any) -> list[tuple[programs.ActiveTap, list[kernels_lib.Kernel]]]:
   """For each periodic tap the run has on, the run's kernels compiled without it (one more compile each)."""
   out = []
   for tap in programs.taps(settings_of(config)):

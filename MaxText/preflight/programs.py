@@ -21,10 +21,11 @@ from MaxText.integration.cli import not_overridden
 from MaxText.integration.flops import training_flops
 from MaxText.integration.shapes import mlp_widths
 from MaxText.precision.settings import Settings
+from MaxText.precision.taps import TAPS, Tap
 from MaxText.preflight import predict
 from MaxText.preflight.kernels import Kernel
 
-__all__ = ["COMPARISONS", "TAP_KEYS", "Comparison", "Predicted", "Tap", "against", "overrides_for", "predict_all",
+__all__ = ["COMPARISONS", "TAPS_OFF", "ActiveTap", "Comparison", "Predicted", "against", "overrides_for", "predict_all",
            "replaced", "taps"]
 
 
@@ -72,33 +73,37 @@ def against(text: str | None, target: Target) -> tuple[str, ...]:
   return names
 
 
-#: The plugin's taps that run every N steps (a `lax.cond` in the step): key -> what it is. A comparison program
-#: switches them off: it measures a precision, not our instruments, and maxtext's own modes refuse them.
-TAP_KEYS = {"nvfp4_stats_interval": "the statistics", "nvfp4_audit_interval": "the audit"}
-#: The overrides that switch every periodic tap off.
-TAPS_OFF = tuple(f"{key}=0" for key in TAP_KEYS)
+#: The overrides that switch every periodic tap off (MaxText.precision.taps). A comparison program compiles without
+#: them: it measures a precision, not our instruments, and maxtext's own modes refuse them.
+TAPS_OFF = tuple(f"{tap.key}=0" for tap in TAPS)
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class Tap:
-  """A periodic tap the run has on: its key, what it is, and its interval in steps (>= 1)."""
+@dataclasses.dataclass(frozen=True)
+class ActiveTap:
+  """A periodic tap (MaxText.precision.taps.Tap) the run has on, with its interval in steps (>= 1)."""
 
-  key: str
-  what: str
+  tap: Tap
   interval: int
+
+  @property
+  def key(self) -> str:
+    return self.tap.key
+
+  @property
+  def what(self) -> str:
+    return self.tap.what
 
   @property
   def off(self) -> str:
     """The override that compiles the run without it."""
-    return f"{self.key}=0"
+    return f"{self.tap.key}=0"
 
 
-def taps(settings: Settings) -> list[Tap]:
+def taps(settings: Settings) -> list[ActiveTap]:
   """The periodic taps `settings` switch on. The compiled step holds both branches of each tap's conditional, so a
   kernel count reads it as if it ran every step; the pre-flight compiles the run once more without it to tell what
   it adds on the steps it runs, and averages that over its interval."""
-  intervals = {"nvfp4_stats_interval": settings.stats_interval, "nvfp4_audit_interval": settings.audit_interval}
-  return [Tap(key=key, what=TAP_KEYS[key], interval=intervals[key]) for key in TAP_KEYS if intervals[key] > 0]
+  return [ActiveTap(tap, tap.interval(settings)) for tap in settings.taps_on]
 
 
 def replaced(run_overrides: Sequence[str], theirs: Sequence[str]) -> list[str]:
@@ -138,7 +143,7 @@ class Predicted:
 
 def predict_all(config: Any, run: Sequence[Kernel], target: Target, names: Sequence[str],
                 kernels_of: Callable[[Comparison], list[Kernel]],
-                without_taps: Sequence[tuple[Tap, Sequence[Kernel]]] = ()) -> Predicted:
+                without_taps: Sequence[tuple[ActiveTap, Sequence[Kernel]]] = ()) -> Predicted:
   """The run's prediction and that of each named comparison.
 
   Args:
@@ -148,7 +153,7 @@ def predict_all(config: Any, run: Sequence[Kernel], target: Target, names: Seque
     names: the comparisons (keys of COMPARISONS).
     kernels_of: compiles one comparison (its overrides, in its `context()`) and returns its kernels; the caller
       decides what a failure to compile does.
-    without_taps: for each periodic tap the run has on, the run's kernels compiled without it (`Tap.off`): the
+    without_taps: for each periodic tap the run has on, the run's kernels compiled without it (`ActiveTap.off`): the
       run's prediction is its mean step (predict.averaged), and each tap's seconds on its steps are kept.
 
   Raises:

@@ -11,7 +11,7 @@ from typing import Any
 from MaxText.backends.targets import Target
 from MaxText.preflight import kernels as kernels_lib
 from MaxText.preflight import predict
-from MaxText.preflight.programs import Tap
+from MaxText.preflight.programs import ActiveTap
 
 GIB = 1024**3
 #: jax's GPU allocator preallocates this share of each GPU unless XLA_PYTHON_CLIENT_MEM_FRACTION says otherwise.
@@ -66,7 +66,7 @@ class TapCost:
   """What one periodic tap of the run adds on the steps it runs: the run's kernels minus those of the run compiled
   without it, in bytes and (with --predict) predicted seconds."""
 
-  tap: Tap
+  tap: ActiveTap
   step_bytes: int
   seconds: float | None = None
 

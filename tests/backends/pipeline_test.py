@@ -9,13 +9,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from MaxText.backends import flags, pipeline, stages
+from MaxText.backends import flags, stages
 from MaxText.backends.emulated import Nvfp4DotGeneral
-from MaxText.backends.pipeline import AUDIT_NAME, STATS_NAME
 from MaxText.backends.pipeline import OVERWRITE_COLLECTION as STATS_COLLECTION
 from MaxText.nvfp4 import audit
 from MaxText.nvfp4.gemm import GemmRecipe, as_matrices, nvfp4_dot_general
 from MaxText.nvfp4.stats import GEMM_OPERANDS, STAT_NAMES
+from MaxText.precision.taps import AUDIT, STATISTICS
 from MaxText.selfcheck.candidates import FAULTS, Emulator
 from tests.helpers import settings
 from tests.nvfp4.stats_test import _oracle
@@ -38,10 +38,10 @@ def _run(interval: int, step: int, sink_value: float = 0.0):
   module = Nvfp4DotGeneral(settings=settings(stats_interval=interval))
   rngs = {"params": jax.random.key(1), "dropout": jax.random.key(2)}
   variables = module.init(rngs, x, w, _DIMS)
-  sink = variables.get(STATS_COLLECTION, {}).get(STATS_NAME)
+  sink = variables.get(STATS_COLLECTION, {}).get(STATISTICS.variable)
 
   def apply(x, w, sink):
-    v = variables if sink is None else {**variables, STATS_COLLECTION: {STATS_NAME: sink}}
+    v = variables if sink is None else {**variables, STATS_COLLECTION: {STATISTICS.variable: sink}}
     with flags.step_scope(jnp.int32(step)):
       return module.apply(v, x, w, _DIMS, rngs=rngs, mutable=["aqt"])[0]
 
@@ -97,29 +97,30 @@ def _audit_module(step: int, interval: int, previous: float) -> np.ndarray:
   module = Nvfp4DotGeneral(settings=settings(audit_interval=interval))
   rngs = {"params": jax.random.key(1), "dropout": jax.random.key(2)}
   variables = module.init(rngs, x, w, _DIMS)
-  sink = jnp.full_like(variables[STATS_COLLECTION][AUDIT_NAME], previous)
+  sink = jnp.full_like(variables[STATS_COLLECTION][AUDIT.variable], previous)
 
   def apply(x, w, sink):
     with flags.step_scope(jnp.int32(step)):
-      return module.apply({**variables, STATS_COLLECTION: {AUDIT_NAME: sink}}, x, w, _DIMS, rngs=rngs,
+      return module.apply({**variables, STATS_COLLECTION: {AUDIT.variable: sink}}, x, w, _DIMS, rngs=rngs,
                           mutable=["aqt"])[0]
 
   return np.asarray(jax.vjp(apply, x, w, sink)[1](dy)[2])
 
 
 def _audit_tap(candidate) -> np.ndarray:
-  """The audit tap (pipeline.auditing) around the emulated GEMM with `candidate` as the backend's quantizer: the
+  """The audit tap (taps.AUDIT's measure) around the emulated GEMM with `candidate` as the backend's quantizer: the
   audit array its sink's gradient carries on an audit step."""
   x, w, dy = _operands()
   recipe = GemmRecipe()
+  measure = AUDIT.measure(recipe, candidate)
 
   def loss(sink):
     gemm = stages.tap(lambda a, b, key: nvfp4_dot_general(a, b, _DIMS, key=key, recipe=recipe),
-                      pipeline.auditing(recipe, candidate), lambda a, b: as_matrices(a, b, _DIMS), sink,
+                      measure, lambda a, b: as_matrices(a, b, _DIMS), sink,
                       jnp.bool_(True))
     return jnp.sum(gemm(x, w, jax.random.key(3)).astype(jnp.float32) * dy.astype(jnp.float32))
 
-  return np.asarray(jax.grad(loss)(pipeline.empty_audit()))
+  return np.asarray(jax.grad(loss)(measure.empty()))
 
 
 def test_the_audit_of_the_emulated_backend_finds_nothing_and_a_faulty_quantizer_is_found():

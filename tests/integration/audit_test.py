@@ -58,7 +58,8 @@ def test_stop_ends_on_the_first_finding_once():
 
 @pytest.mark.parametrize(("overrides", "expected"), [
     (["quantization=te_nvfp4", "nvfp4_audit_interval=-2"], "nvfp4_audit_interval=-2 is negative"),
-    (["quantization=fp8", "nvfp4_audit_interval=2"], "nvfp4_audit_interval=2 with quantization='fp8': the audit"),
+    (["quantization=fp8", "nvfp4_audit_interval=2"],
+     "nvfp4_audit_interval=2 with quantization='fp8': it measures NVFP4 GEMMs (the audit)"),
     (["quantization=te_nvfp4", "nvfp4_mlp_precision=bf16", "nvfp4_audit_interval=2"],
      "nvfp4_audit_interval=2 with nvfp4_mlp_precision=bf16: no GEMM is NVFP4"),
     (["quantization=te_nvfp4", "nvfp4_audit_action=halt"], "nvfp4_audit_action"),

@@ -14,6 +14,7 @@ import pytest
 from MaxText.integration import telemetry
 from MaxText.nvfp4.stats import GEMM_OPERANDS, STAT_NAMES
 from MaxText.precision.switches import Switches
+from MaxText.precision.taps import STATISTICS
 from tests.helpers import TINY_YML, load_config, read_losses, settings, train_cli
 
 
@@ -72,9 +73,9 @@ def test_statistics_steps():
   """Every interval-th step, up to but not including nvfp4_bf16_from_step: from that step on every GEMM runs in BF16
   and quantizes nothing, the switch step itself included."""
   plugin = settings(switches=Switches(num_layers=3, from_step=6), stats_interval=3)
-  assert [s for s in range(10) if plugin.is_stats_step(s)] == [0, 3]
+  assert [s for s in range(10) if STATISTICS.is_step(plugin, s)] == [0, 3]
   plugin = settings(switches=Switches(num_layers=3), stats_interval=3)
-  assert [s for s in range(10) if plugin.is_stats_step(s)] == [0, 3, 6, 9]
+  assert [s for s in range(10) if STATISTICS.is_step(plugin, s)] == [0, 3, 6, 9]
 
 
 @pytest.mark.parametrize(
@@ -82,7 +83,7 @@ def test_statistics_steps():
     [
         (["quantization=te_nvfp4", "nvfp4_stats_interval=-1"], "nvfp4_stats_interval=-1 is negative"),
         (["quantization=fp8", "nvfp4_stats_interval=2"],
-         "nvfp4_stats_interval=2 with quantization='fp8': the statistics describe NVFP4 GEMMs"),
+         "nvfp4_stats_interval=2 with quantization='fp8': it measures NVFP4 GEMMs (the statistics)"),
         (["quantization=te_nvfp4", "nvfp4_mlp_precision=bf16", "nvfp4_stats_interval=2"],
          "nvfp4_stats_interval=2 with nvfp4_mlp_precision=bf16: no GEMM is NVFP4"),
         (["quantization=te_nvfp4", "gradient_accumulation_steps=2", "nvfp4_stats_interval=2"],

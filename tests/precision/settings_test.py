@@ -14,13 +14,15 @@ from MaxText.precision.modes import Backend
 from MaxText.precision.policy import Precision
 from MaxText.precision.settings import KEY_PREFIX, Settings
 from MaxText.precision.switches import Switches
+from MaxText.precision.taps import STATISTICS
 
 
 def test_the_schemas_defaults_are_nvidias_recipe():
   settings = Settings.of(PluginKeys(), quantization="te_nvfp4", num_layers=4)
   assert settings.recipe == GemmRecipe() and settings.recipe.rht and settings.recipe.stochastic_rounding
   assert (settings.mlp, settings.attention, settings.experts) == (Precision.NVFP4, Precision.BF16, Precision.NVFP4)
-  assert settings.backend is Backend.AUTO and settings.nonfinite_check and settings.stats_interval == 0
+  assert settings.backend is Backend.AUTO and settings.nonfinite_check and not settings.taps_on
+  assert settings.intervals == (("nvfp4_stats_interval", 0), ("nvfp4_audit_interval", 0))
   assert settings.switches == Switches(num_layers=4) and not settings.switches.any
   assert settings.nvfp4 and hash(settings) == hash(Settings.of(PluginKeys(), quantization="te_nvfp4", num_layers=4))
 
@@ -53,6 +55,6 @@ def test_a_misspelt_key_is_refused_by_the_schema():
 def test_one_statistics_step_rule_on_the_host_and_in_the_trace(interval, from_step, expected):
   settings = Settings.of(PluginKeys(nvfp4_stats_interval=interval, nvfp4_bf16_from_step=from_step),
                          quantization="te_nvfp4", num_layers=2)
-  assert [s for s in range(10) if settings.is_stats_step(s)] == expected
-  traced = jax.jit(lambda step: jnp.asarray(settings.is_stats_step(step)))
+  assert [s for s in range(10) if STATISTICS.is_step(settings, s)] == expected
+  traced = jax.jit(lambda step: jnp.asarray(STATISTICS.is_step(settings, step)))
   assert [s for s in range(10) if bool(traced(jnp.int32(s)))] == expected

@@ -98,14 +98,15 @@ def test_the_prediction_lines_give_step_times_speedups_and_the_ceiling():
 def test_a_periodic_tap_is_reported_on_its_steps_and_averaged_over_its_interval():
   """The audit at interval 100 adding 1,500 MB on its steps adds 15 MB per step on average; the fraction of TE's
   bytes is given both ways, and the prediction says the tap's cost on the mean step."""
+  from MaxText.precision.taps import AUDIT  # pylint: disable=import-outside-toplevel
   from MaxText.preflight import predict  # pylint: disable=import-outside-toplevel
   from MaxText.preflight.classify import Work  # pylint: disable=import-outside-toplevel
-  from MaxText.preflight.programs import Tap  # pylint: disable=import-outside-toplevel
+  from MaxText.preflight.programs import ActiveTap  # pylint: disable=import-outside-toplevel
 
   te = kernels_lib.Kernel(name="q", opcode="custom-call", target="te_dbias_quantize_ffi", bytes=100_000_000,
                           op_name="jit(train_step)/jvp()/TeDotGeneral_nvfp4/x", runs=1, work=Work())
   audit = dataclasses.replace(te, name="audit", target="", opcode="fusion:kInput", bytes=1_500_000_000)
-  tap = report.TapCost(tap=Tap(key="nvfp4_audit_interval", what="the audit", interval=100),
+  tap = report.TapCost(tap=ActiveTap(AUDIT, 100),
                        step_bytes=1_500_000_000, seconds=0.2)
   overhead = report.Overhead.between([te, audit], [te], (tap,))
   assert overhead.fraction == pytest.approx(15.0) and overhead.mean_fraction == pytest.approx(0.15)

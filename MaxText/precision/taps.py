@@ -1,0 +1,197 @@
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
+"""The periodic measurements of the NVFP4 GEMMs' operands (taps), declared once: one `Tap` entry each.
+
+Why one registry: a tap reaches every layer of the plugin. Its interval is a config key (MaxText.precision.keys builds
+one `nvfp4_<name>_interval` per entry), the GEMM pipeline runs its `measure` on its steps and keeps the result in a
+variable of the state (MaxText.backends.pipeline), telemetry writes that variable as maxtext metrics under its prefix
+(MaxText.integration.telemetry), the config checks refuse it where it cannot measure, the run record stores its
+interval and says what a resume starts afresh, and the pre-flight prices it (MaxText.preflight.programs). Each of
+those reads this registry and names no tap: a new measurement is one entry here, or one outside the package.
+
+Extension point: an installed distribution may declare taps under the entry-point group `maxtext_nvfp4.taps`
+(`name = module:TAP`, a `Tap`). They join the registry when this module is first imported, before the config schema is
+built from it, so their keys load like the built-in ones (tests/integration/taps_test.py declares one that way).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import importlib.metadata
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import jax
+import jax.numpy as jnp
+
+from MaxText.nvfp4 import audit
+from MaxText.nvfp4.gemm import GemmRecipe
+from MaxText.nvfp4.stats import (
+  BACKWARD_ROWS,
+  FORWARD_ROWS,
+  GEMM_OPERANDS,
+  STAT_NAMES,
+  backward_operand_stats,
+  forward_operand_stats,
+)
+
+__all__ = ["AUDIT", "ENTRY_POINT_GROUP", "STATISTICS", "TAPS", "BackendQuantizer", "ExpertReduction", "Measure",
+           "Schedule", "Tap", "operand_rows"]
+
+#: The entry-point group other distributions declare their taps under (module docstring).
+ENTRY_POINT_GROUP = "maxtext_nvfp4.taps"
+
+#: A backend's quantizer as the audit holds it against ours: (2-D tensor, operand) -> (codes, scales, amax) as bits
+#: in the operand's blocked orientation (MaxText.nvfp4.audit.Encoded's layout).
+BackendQuantizer = Callable[[jax.Array, audit.Operand], tuple[jax.Array, jax.Array, jax.Array]]
+
+
+class Schedule(Protocol):
+  """What a tap reads of MaxText.precision.settings.Settings (which imports this module, so not by name)."""
+
+  def interval(self, key: str) -> int: ...
+
+  def every(self, interval: int, step: Any) -> Any: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class Measure:
+  """What a tap measures of one GEMM's operands, as rows of a float32 array (rows x columns).
+
+  forward(x, w): the rows known in the forward pass, from x (M x K) and W (K x N) as the GEMM sees them.
+  backward(dy): the rows known in the backward pass, from dY (M x N).
+  forward_rows / backward_rows: where those rows go in the whole array; `empty()` is the array before any step.
+  """
+
+  forward: Callable[[jax.Array, jax.Array], jax.Array]
+  backward: Callable[[jax.Array], jax.Array]
+  forward_rows: tuple[int, ...]
+  backward_rows: tuple[int, ...]
+  empty: Callable[[], jax.Array]
+
+
+class ExpertReduction(enum.Enum):
+  """How a routed-expert GEMM's cells (one per expert) become one metric."""
+
+  SUM = "sum"  # counts (the audit's mismatches): their total over experts
+  MEAN = "mean"  # statistics: the mean over experts; `amax` the largest; the tap's `worst` columns also their largest
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Tap:
+  """One periodic measurement of every NVFP4 GEMM's operands.
+
+  name: its config key is `nvfp4_<name>_interval` and its state variable `nvfp4_<name>`.
+  what: what it is, for messages ("the statistics").
+  description: the config key's description (every N training steps, 0 off, what it writes).
+  prefix: its metric names are `<prefix>layer_03/mlp/wo/<operand>/<column>` (telemetry finds a tap by it).
+  columns: what it measures of each operand, in the order of its array's columns.
+  experts: how an expert stack's experts reduce to one metric; worst: columns also reported for the worst expert.
+  measure: (recipe, the backend's candidate quantizer) -> Measure, rows in GEMM_OPERANDS order.
+  """
+
+  name: str
+  what: str
+  description: str
+  prefix: str
+  columns: tuple[str, ...]
+  experts: ExpertReduction
+  measure: Callable[[GemmRecipe, BackendQuantizer], Measure]
+  worst: tuple[str, ...] = ()
+
+  @property
+  def key(self) -> str:
+    """Its config key: the interval in training steps (0: off)."""
+    return f"nvfp4_{self.name}_interval"
+
+  @property
+  def variable(self) -> str:
+    """The variable each NVFP4 GEMM module keeps its latest measurement in (operands x columns)."""
+    return f"nvfp4_{self.name}"
+
+  def metric(self, layer: int, gemm: str, operand: str, column: str) -> str:
+    """The metric name of one cell: `<prefix>layer_03/mlp/wo/wgrad_dy/<column>`."""
+    return f"{self.prefix}layer_{layer:02d}/{gemm}/{operand}/{column}"
+
+  def owns(self, metric: str) -> bool:
+    """Whether a written metric is one of this tap's (its prefix, then a layer)."""
+    return metric.startswith(f"{self.prefix}layer_")
+
+  def interval(self, settings: Schedule) -> int:
+    """Its interval under `settings` (0: off)."""
+    return settings.interval(self.key)
+
+  def is_step(self, settings: Schedule, step: Any) -> Any:
+    """Whether training step `step` measures (Settings.every's rule: one rule for the host and the traced step)."""
+    return settings.every(self.interval(settings), step)
+
+
+def operand_rows(columns: tuple[str, ...], forward: Callable[[jax.Array, jax.Array], jax.Array],
+                 backward: Callable[[jax.Array], jax.Array]) -> Measure:
+  """A Measure from its forward rows (of x and W) and backward rows (of dY), placed by the operand table
+  (GEMM_OPERANDS, FORWARD_ROWS, BACKWARD_ROWS), `columns` wide."""
+  return Measure(forward=forward, backward=backward, forward_rows=FORWARD_ROWS, backward_rows=BACKWARD_ROWS,
+                 empty=lambda: jnp.zeros((len(GEMM_OPERANDS), len(columns)), jnp.float32))
+
+
+def _statistics(recipe: GemmRecipe, candidate: BackendQuantizer) -> Measure:
+  """The per-GEMM statistics (MaxText.nvfp4.stats: the operands as the recipe quantizes them; nearest rounding
+  stands in for dY's stochastic rounding)."""
+  return operand_rows(STAT_NAMES, lambda x, w: forward_operand_stats(x, w, recipe),
+                      lambda dy: backward_operand_stats(dy, recipe))
+
+
+def _auditing(recipe: GemmRecipe, candidate: BackendQuantizer) -> Measure:
+  """Each operand the GEMM quantizes, quantized by the backend's `candidate` and by ours (MaxText.nvfp4.audit), the
+  mismatches counted; rows in GEMM_OPERANDS order, as the statistics'."""
+  operands = audit.gemm_operands(recipe)
+
+  def rows(tensors: dict[str, jax.Array], rows: tuple[int, ...]) -> jax.Array:
+    names = {GEMM_OPERANDS[i] for i in rows}
+    return jnp.stack([audit.audited(tensors[o.source], o, *candidate(tensors[o.source], o))
+                      for o in operands if o.name in names])
+
+  return operand_rows(audit.COLUMNS, lambda x, w: rows({"x": x, "w": w}, FORWARD_ROWS),
+                      lambda dy: rows({"dy": dy}, BACKWARD_ROWS))
+
+
+STATISTICS = Tap(
+    name="stats", what="the statistics", prefix="nvfp4/", columns=STAT_NAMES, experts=ExpertReduction.MEAN,
+    worst=("underflow", "rel_error"), measure=_statistics,
+    description="Every N training steps (step 0 included), each NVFP4 GEMM reports amax, underflow, relative error"
+    " and subnormal block scales of every operand it quantizes as maxtext metrics named nvfp4/layer_XX/...;"
+    " 0: off (the program is the one without statistics). Losses are the same either way.")
+
+AUDIT = Tap(
+    name="audit", what="the audit", prefix="nvfp4/audit/", columns=audit.COLUMNS, experts=ExpertReduction.SUM,
+    measure=_auditing,
+    description="Every N training steps (step 0 included), each NVFP4 GEMM also quantizes its operands with the"
+    " plugin's bit-exact quantizer and compares them with the backend's (TE's kernels on the TE backend; the"
+    " emulated backend compares its quantizer with itself, always 0): mismatching codes, block scales and amax per"
+    " layer, GEMM and operand as maxtext metrics named nvfp4/audit/layer_XX/...; dY's stochastically rounded codes"
+    " are checked to be one of their two E2M1 neighbours. 0: off. Losses are the same either way.")
+
+
+def _installed() -> tuple[Tap, ...]:
+  """The taps other distributions declare (ENTRY_POINT_GROUP), each checked to be a Tap."""
+  found = []
+  for point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+    tap = point.load()
+    if not isinstance(tap, Tap):
+      raise TypeError(f"entry point {point.name} = {point.value} in group {ENTRY_POINT_GROUP} is a "
+                      f"{type(tap).__name__}, not a MaxText.precision.taps.Tap")
+    found.append(tap)
+  return tuple(found)
+
+
+def _checked(taps: tuple[Tap, ...]) -> tuple[Tap, ...]:
+  """Refuses two taps with one name (one key, one variable) or one prefix (telemetry could not tell them apart)."""
+  for field in ("name", "prefix"):
+    values = [getattr(t, field) for t in taps]
+    if (twice := sorted({v for v in values if values.count(v) > 1})):
+      raise ValueError(f"two taps declare {field}={twice[0]!r}; each tap needs its own {field}")
+  return taps
+
+
+#: Every tap, built-in first: the statistics, the audit, then the installed ones in entry-point order.
+TAPS: tuple[Tap, ...] = _checked((STATISTICS, AUDIT, *_installed()))
