@@ -16,6 +16,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from MaxText.precision.keys import PluginKeys
+from MaxText.precision.taps import AUDIT, STATISTICS
 
 __all__ = ["AUDIT_PREFIX", "CHANGES_FILE", "PLAN_FILE", "RECORD_FILE", "STATS_PREFIX", "Flops", "GemmEntry", "Plan",
            "RecipeRecord", "RunRecord", "StatName", "SwitchesRecord", "audit_name", "parse_stat_name", "stat_name"]
@@ -84,8 +85,8 @@ class RunRecord(PluginKeys):
 
   quantization: str
 
-#: Every per-GEMM statistic's metric name starts with it.
-STATS_PREFIX = "nvfp4/"
+#: Every per-GEMM statistic's metric name starts with it (the statistics tap's prefix, MaxText.precision.taps).
+STATS_PREFIX = STATISTICS.prefix
 _STAT_RE = re.compile(r"^nvfp4/layer_(?P<layer>-?\d+)/(?P<gemm>.+)/(?P<operand>[a-z_]+)/(?P<stat>[a-z_]+)$")
 
 
@@ -101,16 +102,16 @@ class StatName(_Model):
 
 def stat_name(layer: int, gemm: str, operand: str, stat: str) -> str:
   """The metric name of one statistic (parse_stat_name inverts it)."""
-  return f"{STATS_PREFIX}layer_{layer:02d}/{gemm}/{operand}/{stat}"
+  return STATISTICS.metric(layer, gemm, operand, stat)
 
 
 #: Every audit count's metric name starts with it: `nvfp4/audit/layer_03/mlp/wo/dgrad_dy/codes`.
-AUDIT_PREFIX = "nvfp4/audit/"
+AUDIT_PREFIX = AUDIT.prefix
 
 
 def audit_name(layer: int, gemm: str, operand: str, column: str) -> str:
   """The metric name of one audit count: mismatching codes, scales or amax of one operand of one GEMM."""
-  return f"{AUDIT_PREFIX}layer_{layer:02d}/{gemm}/{operand}/{column}"
+  return AUDIT.metric(layer, gemm, operand, column)
 
 
 def parse_stat_name(name: str) -> StatName | None:
