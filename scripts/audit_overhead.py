@@ -35,11 +35,11 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 # pylint: disable=wrong-import-position
-from MaxText.backends.targets import TARGETS
 from MaxText.integration import cli, seam
 from MaxText.preflight import __main__ as preflight
 from MaxText.preflight import kernels as kernels_lib
 from MaxText.preflight import programs, report
+from MaxText.preflight.targets import TARGETS
 
 DEFAULT_CONFIG = "configs/recipes/llama3_8b_te_nvfp4.yml"
 MLP_GEMMS = ("wi_0", "wi_1", "wo")

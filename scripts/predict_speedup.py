@@ -45,12 +45,12 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 # pylint: disable=wrong-import-position
 from bench_step import write_json  # noqa: E402
 
-from MaxText.backends.targets import TARGETS
 from MaxText.integration import cli, seam, shapes
 from MaxText.integration.flops import training_flops
 from MaxText.preflight import __main__ as preflight
 from MaxText.preflight import kernels as kernels_lib
 from MaxText.preflight import predict, programs, report
+from MaxText.preflight.targets import TARGETS
 
 #: Where the published numbers come from: NVIDIA's blog post, read through the copies named (the post's own page
 #: was not at hand); the issue that asked for this check (issue 29) quotes the same figures.

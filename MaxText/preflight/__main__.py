@@ -41,13 +41,13 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # XLA's INFO lines (its sche
 
 # pylint: disable=wrong-import-position  # after the environment above
 from MaxText.backends import environment
-from MaxText.backends.targets import TARGETS
 from MaxText.integration import cli, seam, shapes
 from MaxText.integration.settings import settings_of
 from MaxText.precision.modes import Backend
 from MaxText.precision.policy import Precision
 from MaxText.preflight import deviceless, programs, report
 from MaxText.preflight import kernels as kernels_lib
+from MaxText.preflight.targets import TARGETS
 
 PROG = "MaxText.preflight"
 #: The keys switched off for the comparison program: everything the plugin adds around TE's dense that is not

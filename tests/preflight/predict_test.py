@@ -10,14 +10,14 @@ import types
 
 import pytest
 
-from MaxText.backends.targets import TARGETS
 from MaxText.integration import hooks
 from MaxText.preflight import predict, programs
 from MaxText.preflight.classify import Math, Work
 from MaxText.preflight.kernels import Kernel
+from MaxText.preflight.targets import TARGETS
 from tests.helpers import settings as nvfp4_settings
 
-#: Datasheet figures, dense, per GPU, as the tests expect them (MaxText/backends/targets.py cites the sources).
+#: Datasheet figures, dense, per GPU, as the tests expect them (MaxText/preflight/targets.py cites the sources).
 GB300_FP4, GB300_FP8, GB300_BF16, GB300_HBM, NVLINK5 = 15e15, 5e15, 2.5e15, 8e12, 0.9e12
 GB200_FP4 = 10e15
 MLP = frozenset({14336})

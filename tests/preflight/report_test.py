@@ -8,10 +8,10 @@ import dataclasses
 
 import pytest
 
-from MaxText.backends.targets import TARGETS
 from MaxText.preflight import __main__ as preflight
 from MaxText.preflight import kernels as kernels_lib
 from MaxText.preflight import report
+from MaxText.preflight.targets import TARGETS
 
 
 @dataclasses.dataclass
