@@ -45,11 +45,11 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 # pylint: disable=wrong-import-position
 from bench_step import write_json  # noqa: E402
 
+from MaxText.backends import environment
 from MaxText.integration import cli, seam, shapes
 from MaxText.integration.flops import training_flops
-from MaxText.preflight import __main__ as preflight
 from MaxText.preflight import kernels as kernels_lib
-from MaxText.preflight import predict, programs, report
+from MaxText.preflight import library, predict, programs, report
 from MaxText.preflight.targets import TARGETS
 
 #: Where the published numbers come from: NVIDIA's blog post, read through the copies named (the post's own page
@@ -120,8 +120,8 @@ class _Program:
 def _compile(recipe: str, point: Point, label: str, upstream: bool = False) -> _Program:
   """One recipe compiled for the point's GPUs; upstream: as maxtext's own te_nvfp4 (every GEMM)."""
   with programs.COMPARISONS["nvfp4_all"].context() if upstream else contextlib.nullcontext():
-    config = preflight.load_config(recipe, [], point.devices)
-    compiled = preflight.compile_step(config, point.target, point.devices, f"{point.name}, {label}")
+    config = library.load_config(recipe, [], point.devices)
+    compiled = library.compile_step(config, point.target, point.devices, f"{point.name}, {label}")
   return _Program(kernels_lib.kernels(compiled.as_text()), config, report.Memory.of(compiled, TARGETS[point.target]))
 
 
@@ -133,7 +133,7 @@ def _error(predicted: float, published: float) -> float:
 def predict_point(point: Point) -> dict[str, Any]:
   """The point's three programs predicted on its target, against its published figures."""
   target = TARGETS[point.target]
-  with preflight.environment.answering(preflight.target_environment(point.target, point.devices)):
+  with environment.answering(library.target_environment(point.target, point.devices)):
     nvfp4 = _compile(point.nvfp4_recipe, point, "NVFP4 recipe (te_nvfp4, MLP GEMMs)")
     fp8 = _compile(point.fp8_recipe, point, "FP8 recipe (quantization=fp8)")
     upstream = _compile(point.nvfp4_recipe, point, "upstream maxtext te_nvfp4 (every GEMM)", upstream=True)
@@ -214,8 +214,8 @@ def main(argv: list[str]) -> int:
   chosen = [name.strip() for name in args.points.split(",") if name.strip()]
   unknown = [name for name in chosen if name not in {p.name for p in POINTS}]
   if unknown or not chosen:
-    preflight.fail(f"--points {args.points!r}: unknown {', '.join(unknown) or 'nothing'}; valid: "
-                   f"{', '.join(p.name for p in POINTS)}")
+    library.fail(f"--points {args.points!r}: unknown {', '.join(unknown) or 'nothing'}; valid: "
+                 f"{', '.join(p.name for p in POINTS)}")
   seam.register()
   seam.install_cli_error_handler(cli.one_line_config_errors(["predict_speedup"], "predict_speedup"))
   start = time.perf_counter()

@@ -18,6 +18,7 @@ from MaxText.nvfp4 import audit
 from MaxText.nvfp4.gemm import GemmRecipe, nvfp4_dot_general
 from MaxText.precision.modes import Backend
 from MaxText.preflight import kernels as kernels_lib
+from MaxText.preflight import library
 from MaxText.preflight.classify import Math
 from MaxText.selfcheck import PROG, checks
 from MaxText.selfcheck.candidates import Candidate, Emulator, Fault, TransformerEngine
@@ -144,14 +145,11 @@ def compile_only(config_path: str, overrides: Sequence[str], target: str, device
                  ) -> tuple[list[checks.Result], list[str]]:
   """TE's quantize and GEMM programs at the run's shapes and the run's train step, compiled by XLA's GPU compiler for
   `devices` `target` GPUs on this machine (the pre-flight's machinery; .venv-gpu, no GPU)."""
-  # pylint: disable-next=import-outside-toplevel  # the pre-flight's compile machinery: CUDA jax and TE
-  from MaxText.preflight import __main__ as preflight
-
-  # pylint: disable-next=import-outside-toplevel  # as above
+  # pylint: disable-next=import-outside-toplevel  # the pre-flight's compile machinery: CUDA jax and TE's modules
   from MaxText.preflight.compile import target_devices
 
-  with environment.answering(preflight.target_environment(target, devices)):
-    config = preflight.load_config(config_path, overrides, devices)
+  with environment.answering(library.target_environment(target, devices)):
+    config = library.load_config(config_path, overrides, devices)
     shapes, settings = shapes_of(config)
     if environment.resolve_backend(settings.backend, environment.current()) is not Backend.TE:
       _fail(f"{config_path}: the run does not use the TE backend on {target} (nvfp4_backend="
@@ -175,7 +173,7 @@ def compile_only(config_path: str, overrides: Sequence[str], target: str, device
                                 f"the 5 operands' quantize programs ({dict(calls)}) and fprop/dgrad/wgrad "
                                 f"({len(fp4)} FP4 GEMMs) compiled for {target}", {"te_calls": dict(calls),
                                                                                  "fp4_gemms": len(fp4)}))
-    found = kernels_lib.kernels(preflight.compile_step(config, target, devices, "the run's train step").as_text())
+    found = kernels_lib.kernels(library.compile_step(config, target, devices, "the run's train step").as_text())
     rows.append(_step_result(found, shapes, settings, f"for {devices} x {target}"))
   facts = [f"{PROG}: {config_path} {' '.join(overrides)} --compile-only --target {target} --devices {devices}",
            "  compiled by XLA's GPU compiler on this machine; nothing ran (no GPU): numerics and speed need the node"]
