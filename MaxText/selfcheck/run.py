@@ -26,6 +26,8 @@ from MaxText.selfcheck.candidates import Candidate, Emulator, Fault, Transformer
 __all__ = ["BadInput", "compile_only", "on_this_node", "shapes_of"]
 
 _NN = (((1,), (0,)), ((), ()))
+#: Keys the self-check's configs get unless the run's overrides set them (maxtext wants both; nothing is written).
+_DEFAULTS = {"run_name": "selfcheck", "base_output_directory": "/tmp/maxtext-selfcheck"}
 
 
 class BadInput(ValueError):
@@ -49,17 +51,6 @@ def shapes_of(config: Any) -> tuple[list[checks.Shape], Any]:
   if not by_shape:
     _fail("nvfp4_mlp_precision=bf16: no MLP GEMM runs in NVFP4, so there is nothing to check")
   return [checks.Shape(m, k, n, tuple(modules)) for (m, k, n), modules in by_shape.items()], settings
-
-
-def _load(config_path: str, overrides: Sequence[str]) -> Any:
-  """maxtext's config as MaxText.train loads it (the plugin registered by the entry point)."""
-  # pylint: disable-next=import-outside-toplevel  # maxtext: after register(), as MaxText.train imports it
-  from maxtext.configs import pyconfig
-
-  given = {o.split("=", 1)[0] for o in overrides}
-  defaults = [f"{k}={v}" for k, v in (("run_name", "selfcheck"), ("base_output_directory", "/tmp/maxtext-selfcheck"))
-              if k not in given]
-  return pyconfig.initialize([PROG, config_path, *defaults, *overrides])
 
 
 def _fp4_gemm_runs(found: list[kernels_lib.Kernel]) -> int:
@@ -109,7 +100,7 @@ def _speed_gemms(candidate: Candidate, recipe: GemmRecipe, te_imports: bool) -> 
 def on_this_node(config_path: str, overrides: Sequence[str], fault: Fault | None, draws: int, repeats: int
                  ) -> tuple[list[checks.Result], list[str]]:
   """Every check on this node's devices: TE as the candidate where it runs NVFP4, else the emulator."""
-  config = _load(config_path, overrides)
+  config = library.load_config(config_path, overrides, prog=PROG, defaults=_DEFAULTS)  # for this node's devices
   shapes, settings = shapes_of(config)
   recipe = settings.recipe
   env = environment.current()
