@@ -46,8 +46,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from bench_step import write_json  # noqa: E402
 
 from MaxText.backends import environment
-from MaxText.integration import cli, seam, shapes
-from MaxText.integration.flops import training_flops
+from MaxText.integration import cli, seam
 from MaxText.preflight import kernels as kernels_lib
 from MaxText.preflight import library, predict, programs, report
 from MaxText.preflight.targets import TARGETS
@@ -138,10 +137,14 @@ def predict_point(point: Point) -> dict[str, Any]:
     fp8 = _compile(point.fp8_recipe, point, "FP8 recipe (quantization=fp8)")
     upstream = _compile(point.nvfp4_recipe, point, "upstream maxtext te_nvfp4 (every GEMM)", upstream=True)
   by_name = {"fp8": fp8, "nvfp4": nvfp4, "nvfp4_every_gemm": upstream}
-  widths = shapes.mlp_widths(nvfp4.config)  # one model: the same widths and FLOPs for all three
-  model_flops = training_flops(nvfp4.config)["tflops_per_device_step"] * 1e12
-  run, base, every = (predict.predict(p.kernels, target.peaks, widths, model_flops) for p in (nvfp4, fp8, upstream))
-  ratio, every_ratio = predict.speedup(base, run), predict.speedup(base, every)
+  # The pre-flight's prediction loop, with the published setups' programs as the comparisons: the FP8 recipe's own
+  # file for fp8, the NVFP4 recipe compiled as upstream maxtext's for nvfp4_all. One model: the NVFP4 recipe's
+  # MLP widths and FLOPs hold for all three.
+  compared = {"fp8": fp8, "nvfp4_all": upstream}
+  predicted = programs.predict_all(nvfp4.config, nvfp4.kernels, target, tuple(compared),
+                                   lambda comparison: compared[comparison.name].kernels)
+  run, base, every = predicted.run, predicted.against["fp8"], predicted.against["nvfp4_all"]
+  ratio, every_ratio = predicted.speedups()["fp8"], predict.speedup(base, every)
   overlapped = base.overlapped_seconds / run.overlapped_seconds
   result = {
       "point": point.name, "model": point.model, "target": point.target, "gpu": target.name,
@@ -151,7 +154,7 @@ def predict_point(point: Point) -> dict[str, Any]:
       "predicted_ratio_every_gemm_nvfp4": every_ratio,
       "ratio_error_every_gemm_nvfp4": _error(every_ratio, point.published_ratio),
       "predicted_ratio_overlapped": overlapped,
-      "amdahl_ceiling": predict.amdahl_ceiling(base, run),
+      "amdahl_ceiling": predicted.ceilings()["fp8"],
       "published_tflops_per_gpu": {"fp8": point.published_fp8_tflops, "nvfp4": point.published_nvfp4_tflops},
       "predicted_tflops_per_gpu": {"fp8": base.tflops_per_gpu, "nvfp4": run.tflops_per_gpu,
                                    "nvfp4_every_gemm": every.tflops_per_gpu},
