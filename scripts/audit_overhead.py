@@ -35,12 +35,12 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 # pylint: disable=wrong-import-position
-from MaxText.backends.targets import TARGETS
+from MaxText.backends import environment
 from MaxText.integration import cli, seam
 from MaxText.precision.taps import STATISTICS
-from MaxText.preflight import __main__ as preflight
+from MaxText.preflight import PROG, library, programs, report
 from MaxText.preflight import kernels as kernels_lib
-from MaxText.preflight import programs, report
+from MaxText.preflight.targets import TARGETS
 
 DEFAULT_CONFIG = "configs/recipes/llama3_8b_te_nvfp4.yml"
 MLP_GEMMS = ("wi_0", "wi_1", "wo")
@@ -125,10 +125,10 @@ def quantize_calls(found: list[kernels_lib.Kernel]) -> dict[str, int]:
 
 def whole_step(config_path: str, overrides: list[str], target: str, devices: int) -> dict[str, Any]:
   """View 2: the train step with the plugin's additions against the same step without them."""
-  config = preflight.load_config(config_path, overrides, devices)
-  ours = preflight.compile_step(config, target, devices)
-  bare_overrides = programs.replaced(overrides, preflight.BARE_OVERRIDES)
-  bare = preflight.compile_step(preflight.load_config(config_path, bare_overrides, devices), target, devices)
+  config = library.load_config(config_path, overrides, devices)
+  ours = library.compile_step(config, target, devices)
+  bare_overrides = programs.replaced(overrides, library.BARE_OVERRIDES)
+  bare = library.compile_step(library.load_config(config_path, bare_overrides, devices), target, devices)
   found = kernels_lib.kernels(ours.as_text())
   overhead = report.Overhead.between(found, kernels_lib.kernels(bare.as_text()))
   quantizes = quantize_calls(found)
@@ -145,20 +145,20 @@ def main(argv: list[str]) -> int:
   parser.add_argument("--json", type=pathlib.Path)
   args = parser.parse_intermixed_args(argv)
   if args.target not in TARGETS or not TARGETS[args.target].nvfp4:
-    preflight.fail(f"--target {args.target!r}: the audit needs a GPU where TE runs NVFP4: "
-                   f"{', '.join(t for t in sorted(TARGETS) if TARGETS[t].nvfp4)}")
+    library.fail(f"--target {args.target!r}: the audit needs a GPU where TE runs NVFP4: "
+                 f"{', '.join(t for t in sorted(TARGETS) if TARGETS[t].nvfp4)}")
   seam.register()
-  seam.install_cli_error_handler(cli.one_line_config_errors([preflight.PROG, args.config], "audit_overhead"))
-  with preflight.environment.answering(preflight.target_environment(args.target, args.devices)):
+  seam.install_cli_error_handler(cli.one_line_config_errors([PROG, args.config], "audit_overhead"))
+  with environment.answering(library.target_environment(args.target, args.devices)):
     return _audit(args)
 
 
 def _audit(args: argparse.Namespace) -> int:
   """The audit of `args`, with the target's environment answered."""
-  config = preflight.load_config(args.config, args.overrides, args.devices)
-  if not preflight._te_nvfp4(config):  # pylint: disable=protected-access
-    preflight.fail(f"{args.config}: the audit needs an NVFP4 config on TE (quantization=te_nvfp4 or "
-                   "te_nvfp4_no_rht, nvfp4_mlp_precision=nvfp4, nvfp4_backend=te or auto)")
+  config = library.load_config(args.config, args.overrides, args.devices)
+  if not library.te_nvfp4(config):
+    library.fail(f"{args.config}: the audit needs an NVFP4 config on TE (quantization=te_nvfp4 or "
+                 "te_nvfp4_no_rht, nvfp4_mlp_precision=nvfp4, nvfp4_backend=te or auto)")
   print(f"per MLP GEMM, alone, for 1 x {TARGETS[args.target].name}:", flush=True)
   gemms = per_gemm(config, args.target)
   print(f"the whole train step for {args.devices} x {TARGETS[args.target].name}:", flush=True)

@@ -45,12 +45,11 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 # pylint: disable=wrong-import-position
 from bench_step import write_json  # noqa: E402
 
-from MaxText.backends.targets import TARGETS
-from MaxText.integration import cli, seam, shapes
-from MaxText.integration.flops import training_flops
-from MaxText.preflight import __main__ as preflight
+from MaxText.backends import environment
+from MaxText.integration import cli, seam
 from MaxText.preflight import kernels as kernels_lib
-from MaxText.preflight import predict, programs, report
+from MaxText.preflight import library, predict, programs, report
+from MaxText.preflight.targets import TARGETS
 
 #: Where the published numbers come from: NVIDIA's blog post, read through the copies named (the post's own page
 #: was not at hand); the issue that asked for this check (issue 29) quotes the same figures.
@@ -120,8 +119,8 @@ class _Program:
 def _compile(recipe: str, point: Point, label: str, upstream: bool = False) -> _Program:
   """One recipe compiled for the point's GPUs; upstream: as maxtext's own te_nvfp4 (every GEMM)."""
   with programs.COMPARISONS["nvfp4_all"].context() if upstream else contextlib.nullcontext():
-    config = preflight.load_config(recipe, [], point.devices)
-    compiled = preflight.compile_step(config, point.target, point.devices, f"{point.name}, {label}")
+    config = library.load_config(recipe, [], point.devices)
+    compiled = library.compile_step(config, point.target, point.devices, f"{point.name}, {label}")
   return _Program(kernels_lib.kernels(compiled.as_text()), config, report.Memory.of(compiled, TARGETS[point.target]))
 
 
@@ -133,15 +132,19 @@ def _error(predicted: float, published: float) -> float:
 def predict_point(point: Point) -> dict[str, Any]:
   """The point's three programs predicted on its target, against its published figures."""
   target = TARGETS[point.target]
-  with preflight.environment.answering(preflight.target_environment(point.target, point.devices)):
+  with environment.answering(library.target_environment(point.target, point.devices)):
     nvfp4 = _compile(point.nvfp4_recipe, point, "NVFP4 recipe (te_nvfp4, MLP GEMMs)")
     fp8 = _compile(point.fp8_recipe, point, "FP8 recipe (quantization=fp8)")
     upstream = _compile(point.nvfp4_recipe, point, "upstream maxtext te_nvfp4 (every GEMM)", upstream=True)
   by_name = {"fp8": fp8, "nvfp4": nvfp4, "nvfp4_every_gemm": upstream}
-  widths = shapes.mlp_widths(nvfp4.config)  # one model: the same widths and FLOPs for all three
-  model_flops = training_flops(nvfp4.config)["tflops_per_device_step"] * 1e12
-  run, base, every = (predict.predict(p.kernels, target.peaks, widths, model_flops) for p in (nvfp4, fp8, upstream))
-  ratio, every_ratio = predict.speedup(base, run), predict.speedup(base, every)
+  # The pre-flight's prediction loop, with the published setups' programs as the comparisons: the FP8 recipe's own
+  # file for fp8, the NVFP4 recipe compiled as upstream maxtext's for nvfp4_all. One model: the NVFP4 recipe's
+  # MLP widths and FLOPs hold for all three.
+  compared = {"fp8": fp8, "nvfp4_all": upstream}
+  predicted = programs.predict_all(nvfp4.config, nvfp4.kernels, target, tuple(compared),
+                                   lambda comparison: compared[comparison.name].kernels)
+  run, base, every = predicted.run, predicted.against["fp8"], predicted.against["nvfp4_all"]
+  ratio, every_ratio = predicted.speedups()["fp8"], predict.speedup(base, every)
   overlapped = base.overlapped_seconds / run.overlapped_seconds
   result = {
       "point": point.name, "model": point.model, "target": point.target, "gpu": target.name,
@@ -151,7 +154,7 @@ def predict_point(point: Point) -> dict[str, Any]:
       "predicted_ratio_every_gemm_nvfp4": every_ratio,
       "ratio_error_every_gemm_nvfp4": _error(every_ratio, point.published_ratio),
       "predicted_ratio_overlapped": overlapped,
-      "amdahl_ceiling": predict.amdahl_ceiling(base, run),
+      "amdahl_ceiling": predicted.ceilings()["fp8"],
       "published_tflops_per_gpu": {"fp8": point.published_fp8_tflops, "nvfp4": point.published_nvfp4_tflops},
       "predicted_tflops_per_gpu": {"fp8": base.tflops_per_gpu, "nvfp4": run.tflops_per_gpu,
                                    "nvfp4_every_gemm": every.tflops_per_gpu},
@@ -214,8 +217,8 @@ def main(argv: list[str]) -> int:
   chosen = [name.strip() for name in args.points.split(",") if name.strip()]
   unknown = [name for name in chosen if name not in {p.name for p in POINTS}]
   if unknown or not chosen:
-    preflight.fail(f"--points {args.points!r}: unknown {', '.join(unknown) or 'nothing'}; valid: "
-                   f"{', '.join(p.name for p in POINTS)}")
+    library.fail(f"--points {args.points!r}: unknown {', '.join(unknown) or 'nothing'}; valid: "
+                 f"{', '.join(p.name for p in POINTS)}")
   seam.register()
   seam.install_cli_error_handler(cli.one_line_config_errors(["predict_speedup"], "predict_speedup"))
   start = time.perf_counter()

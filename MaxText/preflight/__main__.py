@@ -29,11 +29,9 @@ import json
 import logging
 import os
 import pathlib
-import re
 import sys
 import warnings
 from collections.abc import Iterator, Sequence
-from typing import Any, NoReturn
 
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")  # the compile-only GPUs come from the CUDA plugin's topology API
@@ -41,23 +39,10 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # XLA's INFO lines (its sche
 
 # pylint: disable=wrong-import-position  # after the environment above
 from MaxText.backends import environment
-from MaxText.backends.targets import TARGETS
-from MaxText.integration import cli, seam, shapes
-from MaxText.integration.settings import settings_of
-from MaxText.precision.modes import Backend
-from MaxText.precision.policy import Precision
-from MaxText.preflight import deviceless, programs, report
-from MaxText.preflight import kernels as kernels_lib
-
-PROG = "MaxText.preflight"
-#: The keys switched off for the comparison program: everything the plugin adds around TE's dense that is not
-#: the recipe itself (the switches and BF16 layers are the recipe a user chose, so they stay).
-BARE_OVERRIDES = ("nvfp4_nonfinite_check=false", *programs.TAPS_OFF)
-
-
-def fail(line: str) -> NoReturn:
-  """Bad input: one line on stderr and exit 2."""
-  cli.fail(PROG, line)
+from MaxText.integration import cli, seam
+from MaxText.preflight import PROG, library, programs, report, run
+from MaxText.preflight.library import fail
+from MaxText.preflight.targets import TARGETS
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
@@ -91,74 +76,13 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
   return args
 
 
-def target_environment(target: str, devices: int) -> environment.Environment:
-  """What the backend choice sees on `devices` GPUs of `target`: TE imported without a driver (if installed) with its
-  device queries answered for the target (MaxText.preflight.deviceless), and TE's own NVFP4 verdict there."""
-  capability = TARGETS[target].capability[0] + TARGETS[target].capability[1] / 10
-  if deviceless.te_installed():
-    deviceless.import_transformer_engine()
-    return deviceless.target_environment(capability, devices)
-  return environment.Environment(te_error="transformer_engine_jax is not installed (./setup.sh --gpu)",
-                                 gpu_capabilities=(capability,) * devices)
-
-
-def load_config(config: str, overrides: Sequence[str], devices: int) -> Any:
-  """maxtext's config with the plugin registered, for `devices` GPUs (maxtext's internal_compile device count)."""
-  seam.register()  # the plugin's keys (idempotent)
-  from maxtext.configs import pyconfig  # pylint: disable=import-outside-toplevel  # after register(), as maxtext's
-
-  given = {o.split("=", 1)[0] for o in overrides}
-  extra = [f"{k}={v}" for k, v in (("base_output_directory", "/tmp/maxtext-preflight"),) if k not in given]
-  return pyconfig.initialize([PROG, config, *extra, *overrides, "internal_compile=true",
-                              f"internal_compile_num_devices={devices}"])
-
-
-def compile_step(config: Any, target: str, devices: int, program: str = "") -> Any:
-  """The compiled step; its compile line says which `program` it is (when named). A device count the config's
-  parallelism cannot use is one line, exit 2."""
-  # pylint: disable-next=import-outside-toplevel  # maxtext and TE's modules: after register() and the answers
-  from MaxText.preflight.compile import compile_train_step
-
-  try:
-    return compile_train_step(config, target, devices,
-                              log=lambda line: print(f"{line}: {program}" if program else line, flush=True))
-  except (AssertionError, ValueError) as e:
-    message = " ".join(str(e).split())
-    if "mesh" in message.lower() or "devices" in message.lower() or "parallelism" in message.lower():
-      message = re.sub(r"NamedSharding\(mesh=Mesh\(.*?\), spec=(P\([^)]*\))[^)]*\)", r"\1", message)
-      fail(f"{devices} x {target}: the config's parallelism cannot use this device count: {message[:500]}")
-    raise
-
-
-def mem_fraction() -> float:
-  """The share of a GPU jax's allocator may use: XLA_PYTHON_CLIENT_MEM_FRACTION as the run will see it, else jax's
-  default; a value that is not a fraction in (0, 1] is one line, exit 2."""
-  given = os.environ.get("XLA_PYTHON_CLIENT_MEM_FRACTION")
-  if given is None:
-    return report.DEFAULT_MEM_FRACTION
-  try:
-    fraction = float(given)
-  except ValueError:
-    fraction = -1.0
-  if not 0 < fraction <= 1:
-    fail(f"XLA_PYTHON_CLIENT_MEM_FRACTION={given!r}: give the share of GPU memory jax may use, e.g. 0.9")
-  return fraction
-
-
-def _te_nvfp4(config: Any) -> bool:
-  """Whether the run's MLP GEMMs are NVFP4 on TransformerEngine (nvfp4_backend resolved for the target)."""
-  settings = settings_of(config)
-  return (settings.nvfp4 and settings.mlp is Precision.NVFP4
-          and environment.resolve_backend(settings.backend, environment.current()) is Backend.TE)
-
-
 def main(argv: Sequence[str]) -> int:
   args = parse_args(argv)
-  fraction = mem_fraction()
+  fraction = library.mem_fraction()
   seam.register()
   seam.install_cli_error_handler(cli.one_line_config_errors([PROG, args.config], PROG))
   with _after_the_report():
-    with environment.answering(target_environment(args.target, args.devices)):
+    with environment.answering(library.target_environment(args.target, args.devices)):
       return _report(args, fraction)
 
 
@@ -194,80 +118,19 @@ def _after_the_report() -> Iterator[None]:
         print(f"  {count} x {line}" if count > 1 else f"  {line}")
 
 
-def _comparison_kernels(args: argparse.Namespace, comparison: programs.Comparison,
-                        memories: dict[str, report.Memory] | None = None) -> list[kernels_lib.Kernel]:
-  """The kernels of one comparison program (its memory into `memories`, by name); one that does not load or compile
-  is one line, exit 2."""
-  overrides = programs.overrides_for(args.overrides, comparison)
-  try:
-    with comparison.context():
-      compiled = compile_step(load_config(args.config, overrides, args.devices), args.target, args.devices,
-                              f"{comparison.name} ({' '.join(comparison.overrides)}), to compare with")
-    if memories is not None:
-      memories[comparison.name] = report.Memory.of(compiled, TARGETS[args.target], mem_fraction())
-    return kernels_lib.kernels(compiled.as_text())
-  except Exception as e:  # pylint: disable=broad-exception-caught  # any failure of that program is one line
-    fail(f"the comparison program {comparison.name} ({' '.join(comparison.overrides)}) does not compile for "
-         f"{args.devices} x {args.target}: {type(e).__name__}: {' '.join(str(e).split())[:300]}")
-
-
-def _without_taps(args: argparse.Namespace, config: Any) -> list[tuple[programs.ActiveTap, list[kernels_lib.Kernel]]]:
-  """For each periodic tap the run has on, the run's kernels compiled without it (one more compile each)."""
-  out = []
-  for tap in programs.taps(settings_of(config)):
-    compiled = compile_step(load_config(args.config, programs.replaced(args.overrides, [tap.off]), args.devices),
-                            args.target, args.devices, f"the run without {tap.what} ({tap.off}), to count what it adds")
-    out.append((tap, kernels_lib.kernels(compiled.as_text())))
-    del compiled
-  return out
-
-
 def _report(args: argparse.Namespace, fraction: float) -> int:
-  """The pre-flight of `args` once the target's environment is being answered."""
-  target = TARGETS[args.target]
-  config = load_config(args.config, args.overrides, args.devices)
-  compiled = compile_step(config, args.target, args.devices, "this run")
-  memory = report.Memory.of(compiled, target, fraction)
-  found = kernels_lib.kernels(compiled.as_text())
-  del compiled  # the comparison programs compile next; keep one executable at a time
-  lines = [*report.memory_lines(memory, target, args.devices), *report.kernel_lines(found)]
-  if shapes.fused_attention_on_te(config):
-    lines.append("not counted: cuDNN's fused-attention workspace (cuDNN sizes it on the GPU; the pre-flight "
-                 "answers 0 bytes)")
-  payload: dict[str, Any] = {"config": args.config, "overrides": list(args.overrides), "target": args.target,
-                             "devices": args.devices, "memory": memory.as_dict(),
-                             "te_kernels": kernels_lib.counts(kernels_lib.te_kernels(found))}
-  overhead_wanted = not args.no_overhead and _te_nvfp4(config)
-  without = _without_taps(args, config) if overhead_wanted or args.predict else []
-  predicted = None
-  memories = {"this run": memory}
-  if args.predict:
-    try:
-      predicted = programs.predict_all(config, found, target, args.against,
-                                       lambda comparison: _comparison_kernels(args, comparison, memories), without)
-    except ValueError as e:
-      fail(f"cannot predict the step on {args.devices} x {target.name}: {e}")
-  taps = tuple(report.TapCost(tap=tap, step_bytes=kernels_lib.total_bytes(found) - kernels_lib.total_bytes(kernels),
-                              seconds=predicted.tap_seconds[tap.key] if predicted else None)
-               for tap, kernels in without)
-  if overhead_wanted:
-    bare = compile_step(load_config(args.config, programs.replaced(args.overrides, BARE_OVERRIDES), args.devices),
-                        args.target, args.devices, f"the overhead comparison ({' '.join(BARE_OVERRIDES)})")
-    overhead = report.Overhead.between(found, kernels_lib.kernels(bare.as_text()), taps)
-    lines += report.overhead_lines(overhead, "against the same step with " + " ".join(BARE_OVERRIDES))
-    payload["overhead"] = overhead.as_dict()
-  if predicted is not None:
-    lines += report.prediction_lines(predicted.run, predicted.against, target, args.devices, taps, memories)
-    payload["prediction"] = {**predicted.as_dict(), "fits": {name: m.fits for name, m in memories.items()},
-                             "peak_bytes": {name: m.peak for name, m in memories.items()}}
-  print("\n".join(lines))
+  """The pre-flight of `args` once the target's environment is being answered: the report, the JSON, the verdict."""
+  outcome = run.preflight(args.config, args.overrides, args.target, args.devices, fraction=fraction,
+                          overhead=not args.no_overhead, against=args.against if args.predict else None)
+  print("\n".join(outcome.lines))
   if args.json:
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+    args.json.write_text(json.dumps(outcome.payload, indent=2) + "\n", encoding="utf-8")
     print(f"wrote {args.json}")
+  memory = outcome.memory
   if not memory.fits:
     fail(f"does not fit: {report.gib(memory.peak)} per device > {report.gib(memory.device)} jax may use on a "
-         f"{target.name} ({memory.fraction:.0%}) by {report.gib(-memory.margin)}")
+         f"{outcome.target.name} ({memory.fraction:.0%}) by {report.gib(-memory.margin)}")
   return 0
 
 

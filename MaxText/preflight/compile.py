@@ -4,7 +4,7 @@ compiler for N described GPUs.
 
 Why not maxtext's own `train_compile`: for GPUs it compiles for the GPUs the machine has (it needs them); here the
 devices come from `jax.experimental.topologies.get_topology_desc("", "cuda", target_config=...)`, compile-only
-devices of a GPU described in MaxText.backends.targets. Needs the CUDA jax plugin (`.venv-gpu`); no driver, no GPU.
+devices of a GPU described in MaxText.preflight.targets. Needs the CUDA jax plugin (`.venv-gpu`); no driver, no GPU.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from typing import Any
 import jax
 from jax.experimental import topologies
 
-from MaxText.backends.targets import TARGETS
 from MaxText.integration.train_step import traced_train_step
+from MaxText.preflight.targets import TARGETS
 
 
 def hosts_and_devices(target: str, count: int) -> tuple[int, int]:

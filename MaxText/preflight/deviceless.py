@@ -2,7 +2,7 @@
 
 """Importing TransformerEngine and answering its device queries on a machine without an NVIDIA driver or GPU.
 
-Why: XLA's GPU compiler compiles for a GPU it only has a description of (MaxText.backends.targets), and the TE
+Why: XLA's GPU compiler compiles for a GPU it only has a description of (MaxText.preflight.targets), and the TE
 backend can be traced, lowered and compiled for it on CPU; only TE's import and its device queries stand in the
 way. This module answers them, for the pre-flight (`python -m MaxText.preflight`) and the TE test group:
   - libcuda.so.1, the driver, is absent: a stub built with the system C compiler (it reports no device if called).

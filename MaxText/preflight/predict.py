@@ -15,7 +15,7 @@ The model, all of it (a reviewer can check each line against the code below):
                              more GPUs than one NVLink domain)
         anything else:       bytes / HBM bandwidth (elementwise, reductions, copies, TE's quantize and amax
                              kernels; an unclassified kernel too, shown in a row of its own)
-     with the target's datasheet peaks, dense (MaxText.backends.targets.Peaks). Attention runs at the BF16 peak
+     with the target's datasheet peaks, dense (MaxText.preflight.targets.Peaks). Attention runs at the BF16 peak
      (FP8 when its operands are FP8: not in these recipes).
   4. The step's time is the sum over kernels of runs x time. Nothing overlaps: not communication with compute, not
      one kernel with the next. `overlapped_seconds` is the other bound: collectives hidden entirely behind compute.
@@ -46,10 +46,10 @@ import enum
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from MaxText.backends.targets import Peaks
 from MaxText.preflight import origins
 from MaxText.preflight.classify import Math
 from MaxText.preflight.kernels import Kernel
+from MaxText.preflight.targets import Peaks
 
 __all__ = ["Group", "Prediction", "amdahl_ceiling", "group_of", "kernel_seconds", "predict", "speedup"]
 
@@ -154,7 +154,7 @@ def predict(found: Iterable[Kernel], peaks: Peaks, mlp_widths: frozenset[int], m
 
   Args:
     found: the program's kernels, each with its runs per step.
-    peaks: the target GPU's (MaxText.backends.targets).
+    peaks: the target GPU's (MaxText.preflight.targets).
     mlp_widths: the config's MLP hidden sizes, per device (see `group_of`).
     model_flops: maxtext's FLOPs per device and step, for TFLOP/s per GPU.
   """

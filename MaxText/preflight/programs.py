@@ -15,7 +15,6 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any, ContextManager
 
-from MaxText.backends.targets import Target
 from MaxText.integration import hooks
 from MaxText.integration.cli import not_overridden
 from MaxText.integration.flops import training_flops
@@ -24,6 +23,7 @@ from MaxText.precision.settings import Settings
 from MaxText.precision.taps import TAPS, Tap
 from MaxText.preflight import predict
 from MaxText.preflight.kernels import Kernel
+from MaxText.preflight.targets import Target
 
 __all__ = ["COMPARISONS", "TAPS_OFF", "ActiveTap", "Comparison", "Predicted", "against", "overrides_for", "predict_all",
            "replaced", "taps"]

@@ -8,10 +8,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from MaxText.backends.targets import Target
 from MaxText.preflight import kernels as kernels_lib
 from MaxText.preflight import predict
 from MaxText.preflight.programs import ActiveTap
+from MaxText.preflight.targets import Target
 
 GIB = 1024**3
 #: jax's GPU allocator preallocates this share of each GPU unless XLA_PYTHON_CLIENT_MEM_FRACTION says otherwise.

@@ -29,6 +29,7 @@ from typing import Any, NoReturn
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 if "--compile-only" in sys.argv[1:]:  # before jax loads: the compile-only GPUs come from the CUDA plugin's topology API
   os.environ.setdefault("JAX_PLATFORMS", "cpu")
+  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # as the pre-flight's command line: XLA's INFO lines bury the rows
 
 # pylint: disable=wrong-import-position  # after the environment above
 from MaxText.integration import cli, seam

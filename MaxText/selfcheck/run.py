@@ -18,6 +18,7 @@ from MaxText.nvfp4 import audit
 from MaxText.nvfp4.gemm import GemmRecipe, nvfp4_dot_general
 from MaxText.precision.modes import Backend
 from MaxText.preflight import kernels as kernels_lib
+from MaxText.preflight import library
 from MaxText.preflight.classify import Math
 from MaxText.selfcheck import PROG, checks
 from MaxText.selfcheck.candidates import Candidate, Emulator, Fault, TransformerEngine
@@ -25,6 +26,8 @@ from MaxText.selfcheck.candidates import Candidate, Emulator, Fault, Transformer
 __all__ = ["BadInput", "compile_only", "on_this_node", "shapes_of"]
 
 _NN = (((1,), (0,)), ((), ()))
+#: Keys the self-check's configs get unless the run's overrides set them (maxtext wants both; nothing is written).
+_DEFAULTS = {"run_name": "selfcheck", "base_output_directory": "/tmp/maxtext-selfcheck"}
 
 
 class BadInput(ValueError):
@@ -48,17 +51,6 @@ def shapes_of(config: Any) -> tuple[list[checks.Shape], Any]:
   if not by_shape:
     _fail("nvfp4_mlp_precision=bf16: no MLP GEMM runs in NVFP4, so there is nothing to check")
   return [checks.Shape(m, k, n, tuple(modules)) for (m, k, n), modules in by_shape.items()], settings
-
-
-def _load(config_path: str, overrides: Sequence[str]) -> Any:
-  """maxtext's config as MaxText.train loads it (the plugin registered by the entry point)."""
-  # pylint: disable-next=import-outside-toplevel  # maxtext: after register(), as MaxText.train imports it
-  from maxtext.configs import pyconfig
-
-  given = {o.split("=", 1)[0] for o in overrides}
-  defaults = [f"{k}={v}" for k, v in (("run_name", "selfcheck"), ("base_output_directory", "/tmp/maxtext-selfcheck"))
-              if k not in given]
-  return pyconfig.initialize([PROG, config_path, *defaults, *overrides])
 
 
 def _fp4_gemm_runs(found: list[kernels_lib.Kernel]) -> int:
@@ -108,7 +100,7 @@ def _speed_gemms(candidate: Candidate, recipe: GemmRecipe, te_imports: bool) -> 
 def on_this_node(config_path: str, overrides: Sequence[str], fault: Fault | None, draws: int, repeats: int
                  ) -> tuple[list[checks.Result], list[str]]:
   """Every check on this node's devices: TE as the candidate where it runs NVFP4, else the emulator."""
-  config = _load(config_path, overrides)
+  config = library.load_config(config_path, overrides, prog=PROG, defaults=_DEFAULTS)  # for this node's devices
   shapes, settings = shapes_of(config)
   recipe = settings.recipe
   env = environment.current()
@@ -144,14 +136,11 @@ def compile_only(config_path: str, overrides: Sequence[str], target: str, device
                  ) -> tuple[list[checks.Result], list[str]]:
   """TE's quantize and GEMM programs at the run's shapes and the run's train step, compiled by XLA's GPU compiler for
   `devices` `target` GPUs on this machine (the pre-flight's machinery; .venv-gpu, no GPU)."""
-  # pylint: disable-next=import-outside-toplevel  # the pre-flight's compile machinery: CUDA jax and TE
-  from MaxText.preflight import __main__ as preflight
-
-  # pylint: disable-next=import-outside-toplevel  # as above
+  # pylint: disable-next=import-outside-toplevel  # the pre-flight's compile machinery: CUDA jax and TE's modules
   from MaxText.preflight.compile import target_devices
 
-  with environment.answering(preflight.target_environment(target, devices)):
-    config = preflight.load_config(config_path, overrides, devices)
+  with environment.answering(library.target_environment(target, devices)):
+    config = library.load_config(config_path, overrides, devices)
     shapes, settings = shapes_of(config)
     if environment.resolve_backend(settings.backend, environment.current()) is not Backend.TE:
       _fail(f"{config_path}: the run does not use the TE backend on {target} (nvfp4_backend="
@@ -175,7 +164,7 @@ def compile_only(config_path: str, overrides: Sequence[str], target: str, device
                                 f"the 5 operands' quantize programs ({dict(calls)}) and fprop/dgrad/wgrad "
                                 f"({len(fp4)} FP4 GEMMs) compiled for {target}", {"te_calls": dict(calls),
                                                                                  "fp4_gemms": len(fp4)}))
-    found = kernels_lib.kernels(preflight.compile_step(config, target, devices, "the run's train step").as_text())
+    found = kernels_lib.kernels(library.compile_step(config, target, devices, "the run's train step").as_text())
     rows.append(_step_result(found, shapes, settings, f"for {devices} x {target}"))
   facts = [f"{PROG}: {config_path} {' '.join(overrides)} --compile-only --target {target} --devices {devices}",
            "  compiled by XLA's GPU compiler on this machine; nothing ran (no GPU): numerics and speed need the node"]

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import pytest
 
-from MaxText.backends.targets import TARGETS
 from MaxText.preflight import kernels, predict, report
 from MaxText.preflight.classify import Math, Work
 from MaxText.preflight.origins import Origin, origin, split_key
+from MaxText.preflight.targets import TARGETS
 
 LOOP = "jit(train_step)/jvp()/while/body/eval_jaxpr"
 

@@ -10,14 +10,14 @@ import types
 
 import pytest
 
-from MaxText.backends.targets import TARGETS
 from MaxText.integration import hooks
 from MaxText.preflight import predict, programs
 from MaxText.preflight.classify import Math, Work
 from MaxText.preflight.kernels import Kernel
+from MaxText.preflight.targets import TARGETS
 from tests.helpers import settings as nvfp4_settings
 
-#: Datasheet figures, dense, per GPU, as the tests expect them (MaxText/backends/targets.py cites the sources).
+#: Datasheet figures, dense, per GPU, as the tests expect them (MaxText/preflight/targets.py cites the sources).
 GB300_FP4, GB300_FP8, GB300_BF16, GB300_HBM, NVLINK5 = 15e15, 5e15, 2.5e15, 8e12, 0.9e12
 GB200_FP4 = 10e15
 MLP = frozenset({14336})
@@ -182,16 +182,14 @@ def test_maxtext_quantization_hands_te_nvfp4_to_maxtext_only_inside_the_block(mo
 def test_a_comparison_program_that_does_not_compile_is_one_line_and_exit_2(monkeypatch, capsys):
   """The pre-flight's handling of a comparison that fails to load or compile: its name, its overrides and the
   error, in one line on stderr, exit 2 (what tests/te/preflight_test.py cannot provoke cheaply with a real one)."""
-  from MaxText.preflight import __main__ as preflight  # pylint: disable=import-outside-toplevel
+  from MaxText.preflight import library, run  # pylint: disable=import-outside-toplevel  # as the pre-flight's CLI
 
   def refuse(config, overrides, devices):
     raise RuntimeError("no such kernel\nfor this shape")
 
-  monkeypatch.setattr(preflight, "load_config", refuse)
-  args = types.SimpleNamespace(config="c.yml", overrides=["quantization=te_nvfp4", "steps=5"], devices=4,
-                               target="gb300")
+  monkeypatch.setattr(library, "load_config", refuse)
   with pytest.raises(SystemExit) as exit_:
-    preflight._comparison_kernels(args, programs.COMPARISONS["fp8"])  # pylint: disable=protected-access
+    run.comparison_kernels("c.yml", ["quantization=te_nvfp4", "steps=5"], "gb300", 4, programs.COMPARISONS["fp8"])
   assert exit_.value.code == 2
   (line,) = capsys.readouterr().err.splitlines()
   assert line == ("MaxText.preflight: the comparison program fp8 (quantization=fp8) does not compile for 4 x gb300: "

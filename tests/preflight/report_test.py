@@ -8,10 +8,9 @@ import dataclasses
 
 import pytest
 
-from MaxText.backends.targets import TARGETS
-from MaxText.preflight import __main__ as preflight
 from MaxText.preflight import kernels as kernels_lib
-from MaxText.preflight import report
+from MaxText.preflight import library, report
+from MaxText.preflight.targets import TARGETS
 
 
 @dataclasses.dataclass
@@ -37,7 +36,7 @@ def _memory(peak_share: float) -> report.Memory:
   """report.Memory of a step whose peak is `peak_share` of a B200, judged with the fraction the pre-flight reads."""
   b200 = TARGETS["b200"]
   compiled = _Compiled(_Analysis(argument_size_in_bytes=int(peak_share * b200.memory_bytes)))
-  return report.Memory.of(compiled, b200, preflight.mem_fraction())
+  return report.Memory.of(compiled, b200, library.mem_fraction())
 
 
 def test_a_step_needing_90_percent_of_the_gpu_does_not_fit_jaxs_default_share(monkeypatch):

@@ -1,7 +1,7 @@
 # Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
 """Compiled, not only lowered: one NVFP4 GEMM (forward and gradients) and maxtext's whole train step, through XLA's
 GPU compiler for B200s (the TE backend) and an H100 (the emulated backend a Hopper user runs), described by
-MaxText.backends.targets, on CPU.
+MaxText.preflight.targets, on CPU.
 
 What compiling adds to lowering: XLA's GPU passes (fusion, layout, TE's custom calls accepted by the CUDA
 compiler pipeline for compute capability 10.0) run to the end, and the executable reports its memory. Not run:
@@ -14,8 +14,8 @@ import re
 
 import pytest
 
-from MaxText.backends.targets import TARGETS
 from MaxText.preflight.compile import compile_train_step, target_devices
+from MaxText.preflight.targets import TARGETS
 from tests.helpers import settings
 
 DIMS = (((2,), (0,)), ((), ()))
