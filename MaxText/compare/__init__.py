@@ -8,13 +8,13 @@ holds report.json's pydantic models.
 from MaxText.compare.analysis import compare, summarize_run
 from MaxText.compare.metrics import RunMetrics, load_run
 from MaxText.compare.report import build_report, read_report, write_report
-from MaxText.compare.schema import SCHEMA_VERSION, Report, Settings
+from MaxText.compare.schema import SCHEMA_VERSION, ComparisonSettings, Report
 
 __all__ = [
     "SCHEMA_VERSION",
     "Report",
     "RunMetrics",
-    "Settings",
+    "ComparisonSettings",
     "build_report",
     "compare",
     "load_run",

@@ -15,9 +15,9 @@ from collections.abc import Sequence
 
 from MaxText.compare.metrics import RunMetrics, load_run
 from MaxText.compare.report import build_report, markdown_summary, write_report
-from MaxText.compare.schema import Report, Settings
+from MaxText.compare.schema import ComparisonSettings, Report
 
-#: Each option and the Settings field it sets; its type, default and help come from the field (one declaration).
+#: Each option and the ComparisonSettings field it sets; its type, default and help come from the field (one declaration).
 _OPTIONS = (("--window-start", "window_start"), ("--smooth", "smooth"), ("--step0-tol", "step0_tolerance"),
             ("--perf-start-step", "perf_start_step"), ("--band-rel", "band_rel"), ("--drift-rel", "drift_rel"),
             ("--contention-cores", "contention_cores"))
@@ -32,7 +32,7 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
   parser.add_argument("--baseline", help="name of the baseline run (a run dir's basename, or NAME of NAME=PATH)")
   parser.add_argument("--out", default="results/compare", help="output dir for report.md/json and the plots")
   for flag, field in _OPTIONS:
-    info = Settings.model_fields[field]
+    info = ComparisonSettings.model_fields[field]
     number = int if "int" in str(info.annotation) else float
     parser.add_argument(flag, dest=field, type=number, default=info.default, help=info.description.replace("%", "%%"))
   parser.add_argument("--print-schema", action="store_true", help="print report.json's JSON Schema and exit")
@@ -55,7 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("error: give at least two runs and --baseline NAME (see --help)", file=sys.stderr)
     return 2
   try:
-    settings = Settings(**{field: getattr(args, field) for _, field in _OPTIONS})
+    settings = ComparisonSettings(**{field: getattr(args, field) for _, field in _OPTIONS})
     runs = [_load(spec) for spec in args.runs]
     report = build_report(runs, args.baseline, settings)
   except ValueError as e:  # pydantic's ValidationError is a ValueError too

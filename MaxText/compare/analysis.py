@@ -29,7 +29,16 @@ from scipy import stats
 
 from MaxText.compare import verdict
 from MaxText.compare.metrics import RunMetrics
-from MaxText.compare.schema import Comparison, LossGap, MachineLoad, RunSummary, Settings, Status, Step0, WindowRule
+from MaxText.compare.schema import (
+  Comparison,
+  ComparisonSettings,
+  LossGap,
+  MachineLoad,
+  RunSummary,
+  Status,
+  Step0,
+  WindowRule,
+)
 
 #: Window start as a fraction of the common steps when warm-up cannot be read: maxtext's default
 #: warmup_steps_fraction (0.1).
@@ -74,7 +83,7 @@ def _machine(run: RunMetrics) -> MachineLoad | None:
     return None
 
 
-def summarize_run(run: RunMetrics, settings: Settings) -> RunSummary:
+def summarize_run(run: RunMetrics, settings: ComparisonSettings) -> RunSummary:
   """One run's own numbers: length, divergence, smoothed final loss, median throughput, backend, machine load."""
   keep = run.steps >= settings.perf_start_step
   times = run.step_time[keep]
@@ -125,7 +134,7 @@ def _status(base_bad: int | None, cand_bad: int | None, common: int) -> Status:
   return Status.OK
 
 
-def _window_start(baseline: RunMetrics, steps: np.ndarray, settings: Settings) -> tuple[int, WindowRule]:
+def _window_start(baseline: RunMetrics, steps: np.ndarray, settings: ComparisonSettings) -> tuple[int, WindowRule]:
   if settings.window_start is not None:
     return settings.window_start, WindowRule.EXPLICIT
   warm = warmup_end_step(baseline)
@@ -136,7 +145,7 @@ def _window_start(baseline: RunMetrics, steps: np.ndarray, settings: Settings) -
 
 
 def loss_gap(
-    baseline: RunMetrics, candidate: RunMetrics, steps: np.ndarray, settings: Settings
+    baseline: RunMetrics, candidate: RunMetrics, steps: np.ndarray, settings: ComparisonSettings
 ) -> LossGap | None:
   """Gap statistics on `steps` (aligned, finite in both runs); None when the window holds no step."""
   if len(steps) == 0:
@@ -233,7 +242,7 @@ def paired_eval_gap(baseline: RunMetrics, candidate: RunMetrics,
   return (mean - half, mean + half), n, None
 
 
-def compare(baseline: RunMetrics, candidate: RunMetrics, settings: Settings) -> Comparison:
+def compare(baseline: RunMetrics, candidate: RunMetrics, settings: ComparisonSettings) -> Comparison:
   """Compares one candidate run with the baseline; never raises on divergence, gaps or mismatched lengths."""
   common = np.intersect1d(baseline.steps, candidate.steps)
   base_bad, cand_bad = first_nonfinite_step(baseline), first_nonfinite_step(candidate)

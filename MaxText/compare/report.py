@@ -15,7 +15,7 @@ from pathlib import Path
 
 from MaxText.compare import analysis, plots, quantstats, seeds
 from MaxText.compare.metrics import RunMetrics
-from MaxText.compare.schema import Comparison, Report, RunSummary, Settings
+from MaxText.compare.schema import Comparison, ComparisonSettings, Report, RunSummary
 
 REPORT_JSON = "report.json"
 REPORT_MD = "report.md"
@@ -23,7 +23,7 @@ LOSS_PNG = "loss.png"
 THROUGHPUT_PNG = "throughput.png"
 
 
-def build_report(runs: Sequence[RunMetrics], baseline: str, settings: Settings) -> Report:
+def build_report(runs: Sequence[RunMetrics], baseline: str, settings: ComparisonSettings) -> Report:
   """Compares every run other than `baseline` with it.
 
   Raises:

@@ -46,7 +46,7 @@ class Status(str, enum.Enum):
 
 
 class VerdictLevel(str, enum.Enum):
-  """The one-word verdict on a candidate (thresholds in Settings)."""
+  """The one-word verdict on a candidate (thresholds in ComparisonSettings)."""
 
   OK = "ok"  # |relative gap| <= band_rel (with an interval: its upper end <= +band_rel, no worse than the band)
   DRIFTING = "drifting"  # band_rel < relative gap <= drift_rel
@@ -58,7 +58,7 @@ class VerdictLevel(str, enum.Enum):
   NO_DATA = "no_data"  # no aligned steps, or no loss to judge
 
 
-class Settings(_Model):
+class ComparisonSettings(_Model):
   """The knobs of a comparison, as used (defaults filled in)."""
 
   window_start: int | None = Field(
@@ -76,7 +76,7 @@ class Settings(_Model):
   )
 
   @model_validator(mode="after")
-  def _bands_in_order(self) -> "Settings":
+  def _bands_in_order(self) -> "ComparisonSettings":
     if self.drift_rel < self.band_rel:
       raise ValueError(f"drift_rel={self.drift_rel} must be >= band_rel={self.band_rel} (the ok band sits inside)")
     return self
@@ -244,7 +244,7 @@ class Report(_Model):
 
   schema_version: Literal["1.1"] = SCHEMA_VERSION
   baseline: str
-  settings: Settings
+  settings: ComparisonSettings
   runs: list[RunSummary]
   mlp_flop_share: float | None = Field(
       None, description="the share of the model's training FLOPs in the MLP GEMMs, the only GEMMs NVFP4 runs (maxtext's "

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 from scipy import stats
 
-from MaxText.compare.schema import Comparison, SeedGroup, Settings
+from MaxText.compare.schema import Comparison, ComparisonSettings, SeedGroup
 from MaxText.compare.verdict import judge_interval
 
 SEP = "@"
@@ -47,7 +47,7 @@ def _spread(values: list[float]) -> tuple[float | None, list[float] | None]:
 
 
 def groups(comparisons: Sequence[Comparison], baseline_eval: dict[str, float | None],
-           baseline: str, settings: Settings) -> list[SeedGroup]:
+           baseline: str, settings: ComparisonSettings) -> list[SeedGroup]:
   """One SeedGroup per candidate group, when any run is named NAME@SEED; [] otherwise.
 
   `baseline_eval` maps each baseline-group run to its final eval loss (None without one). A group with a spread is

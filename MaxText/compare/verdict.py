@@ -2,15 +2,15 @@
 """The one-line verdict per candidate, and whether its step-time ratio may be called a speedup.
 
 Why relative gaps with fixed thresholds: NVIDIA's NVFP4 pretraining paper reports the NVFP4 loss within 1% (relative)
-of FP8's through the stable phase and about 1.5% late in the decay; `Settings.band_rel` (1%) is that band and
-`Settings.drift_rel` (3%) is where "drifting, fix it" becomes "off, do not use as is". The gap judged is the one at
+of FP8's through the stable phase and about 1.5% late in the decay; `ComparisonSettings.band_rel` (1%) is that band and
+`ComparisonSettings.drift_rel` (3%) is where "drifting, fix it" becomes "off, do not use as is". The gap judged is the one at
 the last eval both runs logged (fixed held-out tokens) and, without evals, the smoothed final training gap; training
 losses of single batches swing far more than these bands (see the report's raw gap panel).
 """
 
 from __future__ import annotations
 
-from MaxText.compare.schema import LossGap, RunSummary, Settings, Status, Step0, Verdict, VerdictLevel
+from MaxText.compare.schema import ComparisonSettings, LossGap, RunSummary, Status, Step0, Verdict, VerdictLevel
 
 #: The config key for the action the paper takes when NVFP4 drifts: the final transformer blocks in BF16.
 BF16_LAST_LAYERS_KEY = "nvfp4_bf16_last_layers"
@@ -40,7 +40,7 @@ def _advice(level: VerdictLevel, nvfp4: bool) -> str:
   return ""
 
 
-def _judge(rel: float, settings: Settings) -> VerdictLevel:
+def _judge(rel: float, settings: ComparisonSettings) -> VerdictLevel:
   if rel > settings.drift_rel:
     return VerdictLevel.OFF
   if rel > settings.band_rel:
@@ -50,7 +50,7 @@ def _judge(rel: float, settings: Settings) -> VerdictLevel:
   return VerdictLevel.OK
 
 
-def judge_interval(rel: float, interval: tuple[float, float] | None, settings: Settings) -> VerdictLevel:
+def judge_interval(rel: float, interval: tuple[float, float] | None, settings: ComparisonSettings) -> VerdictLevel:
   """The level of a relative gap `rel` (candidate - baseline, relative to the baseline), decided by its relative 95%
   interval where there is one. One rule for a run's eval-batch interval and for a seed group's interval across seeds.
 
@@ -83,7 +83,7 @@ def verdict(
     eval_gap: float | None,
     eval_base: float | None,
     candidate: RunSummary,
-    settings: Settings,
+    settings: ComparisonSettings,
     eval_ci: tuple[float, float] | None = None,
     eval_ci_missing: str | None = None,
 ) -> Verdict:
@@ -144,7 +144,7 @@ def verdict(
   return Verdict(level=level, basis=basis, rel_gap=rel, text=text)
 
 
-def speedup_withheld(baseline: RunSummary, candidate: RunSummary, settings: Settings) -> str | None:
+def speedup_withheld(baseline: RunSummary, candidate: RunSummary, settings: ComparisonSettings) -> str | None:
   """Why the step-time ratio of this pair is not a speedup, or None when it is one.
 
   Not a speedup: NVFP4 emulated in either run (the time is the emulation's), either run on CPU (nothing about GPU

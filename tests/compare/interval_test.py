@@ -13,7 +13,7 @@ from scipy import stats
 from MaxText.compare import analysis
 from MaxText.compare.metrics import read_jsonl
 from MaxText.compare.report import build_report, loss_table
-from MaxText.compare.schema import Settings, VerdictLevel
+from MaxText.compare.schema import ComparisonSettings, VerdictLevel
 from tests.compare.conftest import maxtext_record, write_lines
 
 STEPS = 40
@@ -59,10 +59,10 @@ def test_interval_is_students_t_on_the_paired_batch_differences(tmp_path):
   half = stats.t.ppf(0.975, n - 1) * diffs.std(ddof=1) / math.sqrt(n)
   assert missing is None and n == 8
   assert (lo, hi) == pytest.approx((diffs.mean() - half, diffs.mean() + half), abs=1e-9)
-  (c,) = build_report([base, cand], "bf16", Settings()).comparisons
+  (c,) = build_report([base, cand], "bf16", ComparisonSettings()).comparisons
   assert c.final_eval_gap_nats == pytest.approx(diffs.mean(), abs=1e-9) and lo < c.final_eval_gap_nats < hi
-  assert "[+0.0" in loss_table(build_report([base, cand], "bf16", Settings())) and "(8)" in loss_table(
-      build_report([base, cand], "bf16", Settings()))
+  assert "[+0.0" in loss_table(build_report([base, cand], "bf16", ComparisonSettings())) and "(8)" in loss_table(
+      build_report([base, cand], "bf16", ComparisonSettings()))
 
 
 @pytest.mark.parametrize("cand_tokens,count,reason", [
@@ -74,7 +74,7 @@ def test_other_eval_batches_are_refused(tmp_path, cand_tokens, count, reason):
   cand = _run(tmp_path, "nvfp4", [x + 0.02 for x in BASE[:count]], cand_tokens)
   ci, _, missing = analysis.paired_eval_gap(base, cand, EVAL_AT)
   assert ci is None and reason in missing
-  (c,) = build_report([base, cand], "bf16", Settings()).comparisons
+  (c,) = build_report([base, cand], "bf16", ComparisonSettings()).comparisons
   assert c.eval_gap_ci95 is None and reason in c.verdict.text
 
 
@@ -94,7 +94,7 @@ def test_one_batch_gets_no_interval_and_says_so(tmp_path):
 def test_the_interval_decides_the_verdict(tmp_path, shift, spread, level):
   noise = np.array([1, -1, 1, -1, 1, -1, 1, -1]) * spread
   base, cand = _run(tmp_path, "bf16", BASE), _run(tmp_path, "nvfp4", list(np.array(BASE) + shift + noise))
-  (c,) = build_report([base, cand], "bf16", Settings()).comparisons
+  (c,) = build_report([base, cand], "bf16", ComparisonSettings()).comparisons
   assert c.verdict.level is level, c.verdict.text
   assert "95% interval [" in c.verdict.text
   if level is VerdictLevel.INCONCLUSIVE:

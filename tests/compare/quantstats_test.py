@@ -6,7 +6,7 @@ from __future__ import annotations
 from MaxText.compare import quantstats
 from MaxText.compare.metrics import read_jsonl
 from MaxText.compare.report import build_report, markdown_report, read_report, write_report
-from MaxText.compare.schema import Settings
+from MaxText.compare.schema import ComparisonSettings
 from tests.compare.conftest import maxtext_record, write_lines
 
 _OPERANDS = ("fprop_x", "fprop_w", "dgrad_dy", "wgrad_x", "wgrad_dy")
@@ -45,7 +45,7 @@ def test_statistics_are_read_per_statistics_step(tmp_path):
 
 def test_where_nvfp4_loses_most_names_the_layer_and_the_key_to_try(tmp_path):
   runs = _runs(tmp_path)
-  report = build_report(runs, "bf16", Settings())
+  report = build_report(runs, "bf16", ComparisonSettings())
   (summary,) = report.quant_stats
   assert (summary.run, summary.step, summary.statistics) == ("nvfp4", 10, 160)
   top = summary.worst[0]
@@ -73,7 +73,7 @@ def test_no_layer_is_recommended_when_none_stands_out(tmp_path):
   base = [maxtext_record(s, 5.0, run_name="b") for s in range(3)]
   runs = [read_jsonl(write_lines(tmp_path / "b" / "m.jsonl", base)),
           read_jsonl(write_lines(tmp_path / "flat" / "m.jsonl", records))]
-  report = build_report(runs, "b", Settings())
+  report = build_report(runs, "b", ComparisonSettings())
   (summary,) = report.quant_stats
   assert summary.worst_layer == 3 and summary.stands_out is False and summary.try_key is None
   assert summary.others_spread is not None and summary.others_spread > 0
@@ -89,6 +89,6 @@ def test_with_two_layers_no_layer_is_judged_to_stand_out(tmp_path):
   base = [maxtext_record(s, 5.0, run_name="b") for s in range(3)]
   runs = [read_jsonl(write_lines(tmp_path / "b" / "m.jsonl", base)),
           read_jsonl(write_lines(tmp_path / "two" / "m.jsonl", records))]
-  (summary,) = build_report(runs, "b", Settings()).quant_stats
+  (summary,) = build_report(runs, "b", ComparisonSettings()).quant_stats
   assert summary.worst_layer == 1 and summary.others_spread is None
   assert summary.stands_out is None and summary.try_key is None

@@ -9,7 +9,7 @@ import pytest
 
 from MaxText.compare import __main__ as cli
 from MaxText.compare.report import build_report, loss_table, read_report, write_report
-from MaxText.compare.schema import SCHEMA_VERSION, Report, Settings, Status
+from MaxText.compare.schema import SCHEMA_VERSION, ComparisonSettings, Report, Status
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -38,7 +38,7 @@ def three_runs(make_run, decaying_loss, warmup_cosine):
 
 
 def test_report_files_validate_against_schema(tmp_path, three_runs):
-  report = build_report(three_runs, "bf16", Settings())
+  report = build_report(three_runs, "bf16", ComparisonSettings())
   paths = write_report(three_runs, report, tmp_path / "out")
   assert sorted(p.name for p in paths.values()) == ["loss.png", "report.json", "report.md", "throughput.png"]
   raw = _no_nan(paths["report.json"].read_text())
@@ -58,7 +58,7 @@ def test_report_files_validate_against_schema(tmp_path, three_runs):
 
 
 def test_schema_rejects_unknown_keys_and_versions(tmp_path, three_runs):
-  report = build_report(three_runs[:2], "bf16", Settings())
+  report = build_report(three_runs[:2], "bf16", ComparisonSettings())
   raw = report.model_dump(mode="json")
   Report.model_validate(raw)
   with pytest.raises(ValueError):
@@ -72,17 +72,17 @@ def test_schema_rejects_unknown_keys_and_versions(tmp_path, three_runs):
 
 def test_baseline_must_name_a_run(three_runs):
   with pytest.raises(ValueError, match="'fp8' is not one of the runs"):
-    build_report(three_runs, "fp8", Settings())
+    build_report(three_runs, "fp8", ComparisonSettings())
 
 
 def test_duplicate_names_are_rejected(make_run):
   a = make_run("x", np.full(3, 1.0))
   with pytest.raises(ValueError, match="NAME=PATH"):
-    build_report([a, a], "x", Settings())
+    build_report([a, a], "x", ComparisonSettings())
 
 
 def test_table_lists_baseline_first(three_runs):
-  table = loss_table(build_report(three_runs, "nvfp4", Settings()))
+  table = loss_table(build_report(three_runs, "nvfp4", ComparisonSettings()))
   rows = [line for line in table.splitlines() if line.startswith("| ") and not line.startswith("| run")]
   assert rows[0].startswith("| nvfp4 | baseline")
   assert len(rows) == 3

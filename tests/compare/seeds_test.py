@@ -13,7 +13,7 @@ from scipy import stats
 from MaxText.compare import seeds
 from MaxText.compare.metrics import read_jsonl
 from MaxText.compare.report import build_report, markdown_report, write_report
-from MaxText.compare.schema import Settings, VerdictLevel
+from MaxText.compare.schema import ComparisonSettings, VerdictLevel
 from tests.compare.conftest import maxtext_record, write_lines
 
 STEPS = 30
@@ -43,7 +43,7 @@ def _grouped_runs(tmp_path):
 
 @pytest.fixture()
 def grouped(tmp_path):
-  return build_report(_grouped_runs(tmp_path), "bf16@0", Settings())
+  return build_report(_grouped_runs(tmp_path), "bf16@0", ComparisonSettings())
 
 
 def test_names_split_into_group_and_seed():
@@ -78,13 +78,13 @@ def test_a_single_run_gets_no_spread_and_says_so_and_a_run_without_evals_is_name
 
 def test_the_report_files_are_written_for_seed_groups(tmp_path):
   runs = _grouped_runs(tmp_path)
-  paths = write_report(runs, build_report(runs, "bf16@0", Settings()), tmp_path / "out")
+  paths = write_report(runs, build_report(runs, "bf16@0", ComparisonSettings()), tmp_path / "out")
   assert "## Across seeds" in paths["report.md"].read_text() and paths["loss.png"].stat().st_size > 10_000
 
 
 def test_runs_without_seed_names_get_no_groups(tmp_path):
   runs = [_run(tmp_path, "bf16", 10.0, 6.0), _run(tmp_path, "te_nvfp4", 10.0, 6.03)]
-  report = build_report(runs, "bf16", Settings())
+  report = build_report(runs, "bf16", ComparisonSettings())
   assert report.seed_groups == [] and "Across seeds" not in markdown_report(report)
 
 
@@ -102,7 +102,7 @@ def test_a_group_is_judged_by_its_interval_across_seeds(tmp_path, gaps, level, d
   """The group verdict uses the run verdict's rule on the seed interval, relative to the baseline runs' mean eval."""
   runs = [_run(tmp_path, f"bf16@{s}", STEP0[s], BASE_EVAL[s]) for s in BASE_EVAL]
   runs += [_run(tmp_path, f"te_nvfp4@{s}", STEP0[s], BASE_EVAL[s] + gap) for s, gap in zip(BASE_EVAL, gaps)]
-  report = build_report(runs, "bf16@0", Settings())
+  report = build_report(runs, "bf16@0", ComparisonSettings())
   (g,) = report.seed_groups
   assert (g.verdict, g.differs_from_baseline) == (level, differs)
   row = [line for line in markdown_report(report).splitlines() if line.startswith("| te_nvfp4 |")]

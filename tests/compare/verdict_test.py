@@ -11,7 +11,7 @@ from MaxText.compare import runinfo
 from MaxText.compare.metrics import load_run
 from MaxText.compare.plots import loss_figure
 from MaxText.compare.report import build_report, loss_table, markdown_report, speed_table
-from MaxText.compare.schema import Settings, VerdictLevel
+from MaxText.compare.schema import ComparisonSettings, VerdictLevel
 from MaxText.compare.verdict import BF16_LAST_LAYERS_KEY
 from MaxText.integration import artifacts
 
@@ -74,7 +74,7 @@ def _machine(other_cores):
 def test_verdict_follows_the_eval_gap_and_its_thresholds(tmp_path, name, eval_gap, level, advice):
   base = _write_run(tmp_path, "bf16")
   cand = _write_run(tmp_path, name, loss_offset=-0.5, eval_gap=eval_gap)  # training gap says the opposite
-  (c,) = build_report([base, cand], "bf16", Settings()).comparisons
+  (c,) = build_report([base, cand], "bf16", ComparisonSettings()).comparisons
   assert c.final_eval_step == 39 and c.final_eval_gap_nats == pytest.approx(eval_gap)
   assert c.final_eval_baseline_loss == pytest.approx(BASE_EVAL)
   assert c.final_eval_gap_rel == pytest.approx(eval_gap / BASE_EVAL)
@@ -86,13 +86,13 @@ def test_verdict_follows_the_eval_gap_and_its_thresholds(tmp_path, name, eval_ga
 
 def test_verdict_thresholds_come_from_the_settings(tmp_path):
   runs = [_write_run(tmp_path, "bf16"), _write_run(tmp_path, "te_nvfp4", eval_gap=0.10)]  # +2%
-  (c,) = build_report(runs, "bf16", Settings(band_rel=0.025)).comparisons
+  (c,) = build_report(runs, "bf16", ComparisonSettings(band_rel=0.025)).comparisons
   assert c.verdict.level is VerdictLevel.OK and "2.5% band" in c.verdict.text
 
 
 def test_verdict_falls_back_to_the_training_gap_without_evals(tmp_path):
   runs = [_write_run(tmp_path, "bf16", evals=False), _write_run(tmp_path, "te_nvfp4", 0.2, evals=False)]
-  (c,) = build_report(runs, "bf16", Settings(smooth=5)).comparisons
+  (c,) = build_report(runs, "bf16", ComparisonSettings(smooth=5)).comparisons
   base_tail = np.mean([8.0 - 0.05 * s for s in range(N - 5, N)])
   assert c.final_eval_step is None and c.verdict.basis == "train"
   assert c.verdict.rel_gap == pytest.approx(0.2 / base_tail)
@@ -107,7 +107,7 @@ def test_verdict_for_divergence_and_different_initial_weights(tmp_path, jsonl_wr
   shifted = [record(s, loss + 1.0, run_name="other") for s, loss in enumerate(losses)]
   runs = [base, load_run(write_lines(tmp_path / "nvfp4.jsonl", broken)),
           load_run(write_lines(tmp_path / "other.jsonl", shifted))]  # fmt: skip
-  by = {c.candidate: c for c in build_report(runs, "bf16", Settings()).comparisons}
+  by = {c.candidate: c for c in build_report(runs, "bf16", ComparisonSettings()).comparisons}
   assert by["nvfp4"].verdict.level is VerdictLevel.DIVERGED and "step 30" in by["nvfp4"].verdict.text
   assert by["other"].verdict.level is VerdictLevel.NOT_COMPARABLE and "step-0" in by["other"].verdict.text
 
@@ -115,7 +115,7 @@ def test_verdict_for_divergence_and_different_initial_weights(tmp_path, jsonl_wr
 def test_emulated_nvfp4_claims_no_speedup(tmp_path):
   base = _write_run(tmp_path, "bf16", plan=("emulated", 0), step_time=2.0)  # quant object, no NVFP4 GEMM
   cand = _write_run(tmp_path, "te_nvfp4", plan=("emulated", 3), step_time=1.0)
-  report = build_report([base, cand], "bf16", Settings())
+  report = build_report([base, cand], "bf16", ComparisonSettings())
   (c,) = report.comparisons
   assert {r.name: r.emulated for r in report.runs} == {"bf16": False, "te_nvfp4": True}
   assert c.step_time_ratio == pytest.approx(2.0) and c.speedup is None
@@ -130,7 +130,7 @@ def test_a_bf16_baseline_built_as_te_nvfp4_is_called_bf16(tmp_path):
   GEMM in NVFP4, and the speed table says so instead of printing te_nvfp4."""
   base = _write_run(tmp_path, "bf16", plan=("emulated", 0))
   cand = _write_run(tmp_path, "te_nvfp4", plan=("emulated", 3))
-  report = build_report([base, cand], "bf16", Settings())
+  report = build_report([base, cand], "bf16", ComparisonSettings())
   runs = [r.model_copy(update={"quantization": "te_nvfp4"}) for r in report.runs]
   table = speed_table(report.model_copy(update={"runs": runs}))
   assert "| bf16 | bf16 (te_nvfp4 with no GEMM in NVFP4) | 0 |" in table
@@ -150,7 +150,7 @@ def test_mlp_flop_share_from_the_plans(tmp_path, shares, reported, says):
   the baseline's where it has one, else the first candidate's; below 0.5 the report says the gaps mean little."""
   runs = [_write_run(tmp_path, name, plan=None if share is None else ("emulated", nvfp4, share))
           for name, nvfp4, share in zip(("bf16", "te_nvfp4"), (0, 3), shares)]
-  report = build_report(runs, "bf16", Settings())
+  report = build_report(runs, "bf16", ComparisonSettings())
   assert report.mlp_flop_share == reported
   assert [r.mlp_flop_share for r in report.runs] == list(shares)
   assert says in markdown_report(report)
@@ -160,7 +160,7 @@ def test_mlp_flop_share_from_the_plans(tmp_path, shares, reported, says):
 def test_te_backend_on_a_quiet_machine_claims_the_speedup(tmp_path):
   base = _write_run(tmp_path, "fp8", step_time=2.0, machine=_machine(0.05))
   cand = _write_run(tmp_path, "te_nvfp4", plan=("te", 3), step_time=1.0, machine=_machine(0.05))
-  report = build_report([base, cand], "fp8", Settings())
+  report = build_report([base, cand], "fp8", ComparisonSettings())
   (c,) = report.comparisons
   assert c.speedup == pytest.approx(2.0) and c.speedup_withheld is None
   assert "emulation cost" not in speed_table(report) and "| 2.00 | 0.05 |" in speed_table(report)
@@ -169,7 +169,7 @@ def test_te_backend_on_a_quiet_machine_claims_the_speedup(tmp_path):
 def test_busy_machine_withholds_the_speedup_and_says_so(tmp_path):
   base = _write_run(tmp_path, "fp8", step_time=2.0, machine=_machine(0.05))
   cand = _write_run(tmp_path, "te_nvfp4", plan=("te", 3), step_time=1.0, machine=_machine(0.9))
-  report = build_report([base, cand], "fp8", Settings())
+  report = build_report([base, cand], "fp8", ComparisonSettings())
   (c,) = report.comparisons
   assert c.speedup is None and "0.90 cores busy during te_nvfp4" in c.speedup_withheld
   assert report.runs[1].machine.loadavg_after == [2.5, 1.0, 0.5]
@@ -191,7 +191,7 @@ def test_cpu_hardware_from_tensorboard_config_withholds_the_speedup(tmp_path):
       writer.add_scalar("perf/step_time_seconds", t, s)
     writer.close()
     runs.append(load_run(tmp_path / name))
-  report = build_report(runs, "bf16", Settings())
+  report = build_report(runs, "bf16", ComparisonSettings())
   assert [(r.quantization, r.hardware) for r in report.runs] == [("", "cpu"), ("fp8", "cpu")]
   (c,) = report.comparisons
   assert c.step_time_ratio == pytest.approx(2.0) and c.speedup is None and "ran on CPU" in c.speedup_withheld
@@ -199,7 +199,7 @@ def test_cpu_hardware_from_tensorboard_config_withholds_the_speedup(tmp_path):
 
 def test_loss_table_puts_the_eval_gap_beside_the_training_gaps(tmp_path):
   runs = [_write_run(tmp_path, "bf16"), _write_run(tmp_path, "te_nvfp4", loss_offset=-0.002, eval_gap=0.1)]
-  table = loss_table(build_report(runs, "bf16", Settings(smooth=5)))
+  table = loss_table(build_report(runs, "bf16", ComparisonSettings(smooth=5)))
   row = next(line for line in table.splitlines() if line.startswith("| te_nvfp4 "))
   assert row.startswith("| te_nvfp4 | ok | 40 | +0.1000 | — | +2.00 | 39 | -0.0020 | -0.0020 |")  # no per-batch evals
   assert row.endswith("| **drifting** |")
@@ -209,7 +209,7 @@ def test_loss_table_puts_the_eval_gap_beside_the_training_gaps(tmp_path):
 def test_loss_figure_draws_smoothed_raw_and_eval_gaps(tmp_path):
   base = _write_run(tmp_path, "bf16")
   cand = _write_run(tmp_path, "te_nvfp4", loss_offset=0.03, eval_gap=0.1, spike=0.4)
-  report = build_report([base, cand], "bf16", Settings(smooth=7))
+  report = build_report([base, cand], "bf16", ComparisonSettings(smooth=7))
   assert report.comparisons[0].loss_gap.max_nats == pytest.approx(0.43)
   fig = loss_figure([base, cand], report)
   ax_gap, ax_raw, ax_loss = fig.axes
