@@ -19,8 +19,8 @@ import numpy as np
 from MaxText.nvfp4.formats import BLOCK_SIZE
 from MaxText.nvfp4.quantize import Scaling, quantize, tensor_scales
 
-__all__ = ["Format", "QuantizedWeight", "quantize_weight", "tensors_of", "quantization_config", "modelopt_config_json",
-           "FORMAT_NAMES"]
+__all__ = ["Format", "QuantizedWeight", "quantize_weight", "tensors_of", "input_scales", "quantization_config",
+           "modelopt_config_json", "FORMAT_NAMES"]
 
 
 class Format(str, enum.Enum):
@@ -67,38 +67,57 @@ def quantize_weight(w: np.ndarray | jax.Array, dtype: jnp.dtype, two_d: bool) ->
   return QuantizedWeight(np.asarray(packed), np.asarray(scale), np.float32(s_enc), np.float32(s_dec))
 
 
-def tensors_of(name: str, q: QuantizedWeight, fmt: Format) -> dict[str, np.ndarray]:
-  """The tensors a format stores for the Linear whose weight is `name` (ends in `.weight`)."""
+def tensors_of(name: str, q: QuantizedWeight, fmt: Format, input_amax: float | None = None) -> dict[str, np.ndarray]:
+  """The tensors a format stores for the Linear whose weight is `name` (ends in `.weight`); with `input_amax` (the
+  calibrated amax of its input, W4A4) also its input's global scale, by the same rule as the weight's."""
   prefix = name.removesuffix(".weight")
   if fmt is Format.COMPRESSED_TENSORS:
     # compressed-tensors: dequantized = fp4 * (weight_scale / weight_global_scale); global scale = 2688 / amax.
-    return {f"{prefix}.weight_packed": q.packed, f"{prefix}.weight_scale": q.scale,
-            f"{prefix}.weight_global_scale": np.array([q.s_enc], np.float32)}
+    out = {f"{prefix}.weight_packed": q.packed, f"{prefix}.weight_scale": q.scale,
+           f"{prefix}.weight_global_scale": np.array([q.s_enc], np.float32)}
+    if input_amax is not None:
+      out[f"{prefix}.input_global_scale"] = np.array([input_scales(input_amax)[0]], np.float32)
+    return out
   if fmt is Format.MODELOPT:
     # ModelOpt: dequantized = fp4 * weight_scale * weight_scale_2; weight_scale_2 = amax / 2688 (a scalar).
-    return {f"{prefix}.weight": q.packed, f"{prefix}.weight_scale": q.scale,
-            f"{prefix}.weight_scale_2": np.array(q.s_dec, np.float32)}
+    out = {f"{prefix}.weight": q.packed, f"{prefix}.weight_scale": q.scale,
+           f"{prefix}.weight_scale_2": np.array(q.s_dec, np.float32)}
+    if input_amax is not None:
+      out[f"{prefix}.input_scale"] = np.array(input_scales(input_amax)[1], np.float32)
+    return out
   raise ValueError(f"format {fmt.value} stores no NVFP4 tensors")
+
+
+def input_scales(amax: float) -> tuple[np.float32, np.float32]:
+  """(global scale, its inverse) of an input whose calibrated amax is `amax`: TE's S_enc = 2688 / amax and S_dec
+  (MaxText.nvfp4.quantize.tensor_scales), as for the weights: compressed-tensors stores the first as
+  `input_global_scale`, ModelOpt the second as `input_scale` (compressed-tensors' own ModelOpt converter maps one to
+  1/the other)."""
+  s_enc, s_dec = tensor_scales(jnp.float32(amax))
+  return np.float32(s_enc), np.float32(s_dec)
 
 
 def _ignored_linears(ignore: list[str]) -> list[str]:
   return sorted(n.removesuffix(".weight") for n in ignore)
 
 
-def quantization_config(fmt: Format, ignore: list[str]) -> dict:
-  """The config that marks the checkpoint quantized, weight-only (W4A16: no input activation scheme); `ignore`
-  lists the Linear weights kept unquantized (exact module names).
+def quantization_config(fmt: Format, ignore: list[str], activations: bool = False) -> dict:
+  """The config that marks the checkpoint quantized: weight-only (W4A16: no input activation scheme), or with
+  `activations` W4A4 (NVFP4 inputs with calibrated global scales); `ignore` lists the Linear weights kept
+  unquantized (exact module names).
 
   compressed-tensors: the `quantization_config` of config.json as its `ModelCompressor.update_config` writes the
-  NVFP4A16 preset (compressed_tensors/quantization/quant_scheme.py). ModelOpt: hf_quant_config.json's
-  `quantization` (modelopt/torch/export/unified_export_hf.py, get_quant_config; weight-only NVFP4 is W4A16_NVFP4).
+  NVFP4A16 or NVFP4 preset (compressed_tensors/quantization/quant_scheme.py; NVFP4's inputs: dynamic "local", i.e.
+  block scales at run time under the stored global scale). ModelOpt: hf_quant_config.json's `quantization`
+  (modelopt/torch/export/unified_export_hf.py, get_quant_config): W4A16_NVFP4, or NVFP4 with inputs.
   """
   modules = _ignored_linears(ignore)
   if fmt is Format.COMPRESSED_TENSORS:
     weights = {"dynamic": False, "group_size": BLOCK_SIZE, "num_bits": 4, "scale_dtype": "torch.float8_e4m3fn",
                "strategy": "tensor_group", "symmetric": True, "type": "float"}
+    inputs = ({**weights, "dynamic": "local", "observer": "static_minmax"} if activations else None)
     return {
-        "config_groups": {"group_0": {"format": "nvfp4-pack-quantized", "input_activations": None,
+        "config_groups": {"group_0": {"format": "nvfp4-pack-quantized", "input_activations": inputs,
                                       "output_activations": None, "targets": ["Linear"], "weights": weights}},
         "format": "nvfp4-pack-quantized",
         "global_compression_ratio": None,
@@ -112,8 +131,8 @@ def quantization_config(fmt: Format, ignore: list[str]) -> dict:
         "version": COMPRESSED_TENSORS_VERSION,
     }
   if fmt is Format.MODELOPT:
-    return {"quant_algo": "W4A16_NVFP4", "kv_cache_quant_algo": None, "group_size": BLOCK_SIZE,
-            "exclude_modules": modules}
+    return {"quant_algo": "NVFP4" if activations else "W4A16_NVFP4", "kv_cache_quant_algo": None,
+            "group_size": BLOCK_SIZE, "exclude_modules": modules}
   raise ValueError(f"format {fmt.value} has no quantization config")
 
 
@@ -121,7 +140,8 @@ def modelopt_config_json(quant: dict) -> dict:
   """ModelOpt's `quantization_config` for config.json (modelopt/torch/export/convert_hf_config.py,
   convert_hf_quant_config_format), beside hf_quant_config.json; vLLM reads either."""
   group = {"dynamic": False, "num_bits": 4, "type": "float", "group_size": quant["group_size"]}
-  return {"config_groups": {"group_0": {"input_activations": None, "weights": group, "targets": ["Linear"]}},
+  inputs = dict(group) if quant["quant_algo"] == "NVFP4" else None
+  return {"config_groups": {"group_0": {"input_activations": inputs, "weights": group, "targets": ["Linear"]}},
           "ignore": quant["exclude_modules"], "quant_algo": quant["quant_algo"],
           "producer": {"name": "modelopt", "version": MODELOPT_VERSION}, "quant_method": "modelopt"}
 

@@ -21,8 +21,8 @@ from MaxText.integration.run_keys import run_keys
 from MaxText.integration.settings import settings_of
 from MaxText.precision.policy import Precision
 
-__all__ = ["ExportError", "Model", "exact", "forward_precision", "gemm_class", "hf_tensors", "model_of", "params_only",
-           "converted", "pieces", "precision_of", "supported_models"]
+__all__ = ["ROUTED", "ExportError", "Model", "exact", "forward_precision", "gemm_class", "hf_tensors", "layer_of",
+           "model_of", "params_only", "converted", "pieces", "precision_of", "supported_models"]
 
 
 class ExportError(ValueError):
@@ -110,13 +110,19 @@ def converted(model: Model, key: Any, weight: Any, config: Any) -> Iterator[list
 _LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 #: maxtext's parameter names of the MLP GEMM weights: routed experts are stacked kernels named by the MoE block
 #: (`...-MoeBlock_0-wi_0`, no `-kernel`); dense and shared-expert MLPs are DenseGeneral kernels.
-_ROUTED = re.compile(r"(MoeBlock_\d+|moe_block)-(wi_0|wi_1|wo)$")
+ROUTED = re.compile(r"(MoeBlock_\d+|moe_block)-(wi_0|wi_1|wo)$")
 _MLP = re.compile(r"-(mlp|shared_experts)-(wi_0|wi_1|wo)-kernel$")
+
+
+def layer_of(hf_name: str) -> int | None:
+  """The decoder layer of a Hugging Face tensor name (`model.layers.3.mlp...` -> 3), None outside the layers."""
+  found = _LAYER.search(hf_name)
+  return int(found.group(1)) if found else None
 
 
 def gemm_class(key: str) -> str | None:
   """'experts' (routed), 'mlp' (dense or shared MLP) or None (attention, router, embeddings, norms, head)."""
-  if _ROUTED.search(key):
+  if ROUTED.search(key):
     return "experts"
   if _MLP.search(key):
     return "mlp"
@@ -164,8 +170,8 @@ def precision_of(config: Any, key: str, hf_name: str) -> Precision:
     return Precision.BF16
   if kind == "experts" and settings.experts is not Precision.NVFP4:
     return Precision.BF16
-  layer = _LAYER.search(hf_name)
-  if layer is not None and settings.switches.bf16_layer(int(layer.group(1))):
+  layer = layer_of(hf_name)
+  if layer is not None and settings.switches.bf16_layer(layer):
     return Precision.BF16
   return Precision.NVFP4
 

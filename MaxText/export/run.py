@@ -7,12 +7,14 @@ from __future__ import annotations
 import dataclasses
 import pathlib
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
 
 from MaxText.export import layouts, mapping, source
+from MaxText.export.calibrate import Calibration
 from MaxText.export.layouts import Format
 from MaxText.export.mapping import ExportError
 from MaxText.export.writer import ExportDir, check_destination
@@ -40,6 +42,11 @@ class Summary:
   tokenizer: str
 
 
+def key_str(key: str | tuple[str, ...]) -> str:
+  """A checkpoint parameter key as one string (maxtext's mapping keys a parameter split in several by a tuple)."""
+  return key[0] if isinstance(key, tuple) else key
+
+
 def _names(targets: Any) -> list[str]:
   """The HF names a parameter maps to, flattened (maxtext nests them by layer and expert)."""
   if isinstance(targets, str):
@@ -58,9 +65,8 @@ def _plan(config: Any, model: mapping.Model, keys: list[Any], fmt: Format) -> di
   two_d = settings_of(config).recipe.weight_2d
   plan: dict[str, Precision] = {}
   for key in keys:
-    key_str = key[0] if isinstance(key, tuple) else key
     for name in _names(model.param_map[key]):
-      p = mapping.precision_of(config, key_str, name) if fmt is not Format.BF16 else Precision.BF16
+      p = mapping.precision_of(config, key_str(key), name) if fmt is not Format.BF16 else Precision.BF16
       shape = tuple(model.shapes[name])
       if p is Precision.NVFP4:
         out_dim, in_dim = shape
@@ -83,12 +89,21 @@ def _tokenizer(config: Any, out: ExportDir) -> str:
           "(the export downloads nothing; add the tokenizer files to the directory yourself)")
 
 
-def export(config: Any, out: pathlib.Path, fmt: Format, force: bool = False, progress: bool = True) -> Summary:
+def export(config: Any, out: pathlib.Path, fmt: Format, force: bool = False, progress: bool = True,
+           calibrate: Callable[[source.Checkpoint], Calibration] | None = None) -> Summary:
   """Writes the run's checkpoint to `out` in `fmt`; returns what was written. Bad input raises ExportError before
-  anything is written (and nothing is left half-written: writer.ExportDir)."""
+  anything is written (and nothing is left half-written: writer.ExportDir).
+
+  calibrate: W4A4 (`--activations calibrate`): measures the NVFP4 GEMMs' input amax from the checkpoint
+  (MaxText.export.calibrate), each NVFP4 Linear then also gets its input's global scale; None: weight-only (W4A16).
+  """
   model = mapping.model_of(config)
   check_destination(out, force)
   checkpoint = source.find_checkpoint(config)
+  if calibrate is not None and fmt is Format.BF16:
+    raise ExportError("--activations calibrate with --format bf16: an unquantized export has no input scales; "
+                      "use --format compressed-tensors or modelopt")
+  calibration = calibrate(checkpoint) if calibrate is not None else None
   exact, line = mapping.exact(config, checkpoint.step)
   state = source.read_parameters(config, checkpoint)
   # pylint: disable-next=import-outside-toplevel  # import cost: maxtext, transformers and tqdm load when exporting
@@ -114,22 +129,24 @@ def export(config: Any, out: pathlib.Path, fmt: Format, force: bool = False, pro
         tensors: dict[str, np.ndarray] = {}
         for name, array in piece:
           if plan[name] is Precision.NVFP4:
-            tensors.update(layouts.tensors_of(name, layouts.quantize_weight(array, dtype, two_d), written_fmt))
+            amax = calibration.input_amax(key_str(key), name) if calibration is not None else None
+            tensors.update(layouts.tensors_of(name, layouts.quantize_weight(array, dtype, two_d), written_fmt, amax))
           else:
             tensors[name] = array
         d.write_shard(tensors)
       del weight
     nvfp4 = tuple(sorted(n for n, p in plan.items() if p is Precision.NVFP4))
     ignore = tuple(sorted(n for n, p in plan.items() if p is Precision.BF16 and _linear(n, tuple(model.shapes[n]))))
-    _write_configs(d, model, fmt, list(ignore), jnp.dtype(dtype).name)
+    _write_configs(d, model, fmt, list(ignore), jnp.dtype(dtype).name, calibration is not None)
     tokenizer = _tokenizer(config, d)
     d.write_index()
     d.write_json(METADATA_FILE, _metadata(config, checkpoint, fmt, exact, line, nvfp4, ignore, tokenizer,
-                                          d.checksums()))
+                                          d.checksums(), calibration))
   return Summary(out, checkpoint.step, exact, line, nvfp4, ignore, tokenizer)
 
 
-def _write_configs(d: ExportDir, model: mapping.Model, fmt: Format, ignore: list[str], compute_dtype: str) -> None:
+def _write_configs(d: ExportDir, model: mapping.Model, fmt: Format, ignore: list[str], compute_dtype: str,
+                   activations: bool) -> None:
   """config.json (maxtext's HF config, sized from the run) with the format's quantization config; ModelOpt's
   hf_quant_config.json beside it."""
   # pylint: disable-next=import-outside-toplevel  # import cost: maxtext, transformers and tqdm load when exporting
@@ -142,9 +159,9 @@ def _write_configs(d: ExportDir, model: mapping.Model, fmt: Format, ignore: list
     # in the run's compute dtype: with none named, transformers loads float32 and that forward fails.
     hf["dtype"] = compute_dtype
   if fmt is Format.COMPRESSED_TENSORS:
-    hf["quantization_config"] = layouts.quantization_config(fmt, ignore)
+    hf["quantization_config"] = layouts.quantization_config(fmt, ignore, activations)
   elif fmt is Format.MODELOPT:
-    quant = layouts.quantization_config(fmt, ignore)
+    quant = layouts.quantization_config(fmt, ignore, activations)
     d.write_json(_MODELOPT_CONFIG, {"producer": {"name": "modelopt", "version": layouts.MODELOPT_VERSION},
                                     "quantization": quant})
     hf["quantization_config"] = layouts.modelopt_config_json(quant)
@@ -152,14 +169,24 @@ def _write_configs(d: ExportDir, model: mapping.Model, fmt: Format, ignore: list
 
 
 def _metadata(config: Any, checkpoint: source.Checkpoint, fmt: Format, exact: bool, line: str,
-              nvfp4: tuple[str, ...], ignore: tuple[str, ...], tokenizer: str, files: dict[str, str]) -> dict:
+              nvfp4: tuple[str, ...], ignore: tuple[str, ...], tokenizer: str, files: dict[str, str],
+              calibration: Calibration | None) -> dict:
   settings, keys = settings_of(config), run_keys(config)
+  if fmt is Format.BF16:
+    activations: Any = "none (unquantized)"
+  elif calibration is None:
+    activations = "none (weight-only: W4A16)"
+  else:
+    activations = {"scheme": "W4A4: NVFP4 inputs, global scale from the calibrated amax",
+                   "calibration_steps": calibration.steps,
+                   "input_amax": {f"layer_{layer:02d}/{gemm}": amax
+                                  for (layer, gemm), amax in sorted(calibration.amax.items())}}
   return {
       "source": {"run_name": keys.run_name, "checkpoint": str(checkpoint.path), "found_by": checkpoint.source,
                  "step": checkpoint.step, "model_name": keys.model_name, "scan_layers": bool(keys.scan_layers)},
       "recipe": dict(settings.record),
       "format": fmt.value,
-      "activations": "none (weight-only: W4A16)" if fmt is not Format.BF16 else "none (unquantized)",
+      "activations": activations,
       "nvfp4": {"exact": exact if fmt is not Format.BF16 else None, "why": line, "weight_scaling":
                 "2d" if settings.recipe.weight_2d else "1d", "tensors": list(nvfp4)},
       "unquantized_linears": list(ignore),

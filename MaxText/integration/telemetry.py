@@ -87,15 +87,16 @@ def stats_metrics(state: Any, settings: Settings, first_num_dense_layers: int = 
 
 def _expert_stack_metrics(tap: Tap, layer: int, gemm: str, values: jax.Array) -> dict[str, jax.Array]:
   """One expert GEMM's cells over its experts (values: experts x operands x columns), by the tap's reduction. Counts
-  (the audit): their sum. Statistics: amax the largest, the others the mean over experts, and `<column>_worst`, the
-  largest expert's, for the tap's `worst` columns. An expert that received no token in the step reports zeros and
-  pulls the mean down."""
+  (the audit): their sum. The calibration's amax: the largest. Statistics: amax the largest, the others the mean
+  over experts, and `<column>_worst`, the largest expert's, for the tap's `worst` columns. An expert that received
+  no token in the step reports zeros and pulls the mean down."""
   out = {}
   for i, operand in enumerate(GEMM_OPERANDS):
     for j, column in enumerate(tap.columns):
       cells = values[:, i, j]
-      if tap.experts is ExpertReduction.SUM:
-        out[tap.metric(layer, gemm, operand, column)] = jnp.sum(cells)
+      if tap.experts is not ExpertReduction.MEAN:
+        out[tap.metric(layer, gemm, operand, column)] = (jnp.sum if tap.experts is ExpertReduction.SUM else jnp.max)(
+            cells)
         continue
       out[tap.metric(layer, gemm, operand, column)] = jnp.max(cells) if column == "amax" else jnp.mean(cells)
       if column in tap.worst:

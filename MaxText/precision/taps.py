@@ -35,8 +35,8 @@ from MaxText.nvfp4.stats import (
   forward_operand_stats,
 )
 
-__all__ = ["AUDIT", "ENTRY_POINT_GROUP", "STATISTICS", "TAPS", "BackendQuantizer", "ExpertReduction", "Measure",
-           "Schedule", "Tap", "operand_rows"]
+__all__ = ["AUDIT", "CALIBRATION", "ENTRY_POINT_GROUP", "STATISTICS", "TAPS", "BackendQuantizer", "ExpertReduction",
+           "Measure", "Schedule", "Tap", "operand_rows"]
 
 #: The entry-point group other distributions declare their taps under (module docstring).
 ENTRY_POINT_GROUP = "maxtext_nvfp4.taps"
@@ -74,6 +74,7 @@ class ExpertReduction(enum.Enum):
   """How a routed-expert GEMM's cells (one per expert) become one metric."""
 
   SUM = "sum"  # counts (the audit's mismatches): their total over experts
+  MAX = "max"  # the largest over experts (calibration's amax: one input scale every expert of the GEMM shares)
   MEAN = "mean"  # statistics: the mean over experts; `amax` the largest; the tap's `worst` columns also their largest
 
 
@@ -172,6 +173,27 @@ AUDIT = Tap(
     " are checked to be one of their two E2M1 neighbours. 0: off. Losses are the same either way.")
 
 
+def _amax(t: jax.Array) -> jax.Array:
+  return jnp.max(jnp.abs(t)).astype(jnp.float32)
+
+
+def _calibrating(recipe: GemmRecipe, candidate: BackendQuantizer) -> Measure:
+  """Each operand's amax as the GEMM receives it, before any quantization or RHT: x (fprop and wgrad rows), W, dY.
+  Why raw: a serving format's input scale is set from the activation's amax (docs/export.md#activations)."""
+  del recipe, candidate  # nothing quantized
+  return operand_rows(("amax",), lambda x, w: jnp.stack([_amax(x), _amax(w), _amax(x)])[:, None],
+                      lambda dy: jnp.stack([_amax(dy), _amax(dy)])[:, None])
+
+
+CALIBRATION = Tap(
+    name="calibration", what="the calibration", prefix="nvfp4/calibration/", columns=("amax",),
+    experts=ExpertReduction.MAX, measure=_calibrating,
+    description="Every N training steps (step 0 included), each NVFP4 GEMM records the amax of its operands as it"
+    " receives them (x, W, dY; before quantization) as maxtext metrics named nvfp4/calibration/layer_XX/...: what"
+    " `python -m MaxText.export --activations calibrate` reads for the W4A4 input scales. 0: off. Losses are the"
+    " same either way.")
+
+
 def _installed() -> tuple[Tap, ...]:
   """The taps other distributions declare (ENTRY_POINT_GROUP), each checked to be a Tap."""
   found = []
@@ -193,5 +215,5 @@ def _checked(taps: tuple[Tap, ...]) -> tuple[Tap, ...]:
   return taps
 
 
-#: Every tap, built-in first: the statistics, the audit, then the installed ones in entry-point order.
-TAPS: tuple[Tap, ...] = _checked((STATISTICS, AUDIT, *_installed()))
+#: Every tap, built-in first: the statistics, the audit, the calibration, then the installed ones in entry-point order.
+TAPS: tuple[Tap, ...] = _checked((STATISTICS, AUDIT, CALIBRATION, *_installed()))

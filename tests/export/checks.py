@@ -48,11 +48,22 @@ def export(overrides: list[str], out: pathlib.Path, fmt: str = "compressed-tenso
   return run.export(config_of(overrides, *more), out, Format(fmt), progress=False)
 
 
-def _hf_side(*args: str) -> None:
+def hf_side(*args: str) -> None:
   proc = subprocess.run([str(EXPORT_PYTHON), str(HF_SIDE), *args], capture_output=True, text=True, check=False,
                         env=helpers.subprocess_env({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error"}))
   if proc.returncode:
     raise RuntimeError(f"hf_side.py {args[0]} failed: {proc.stderr[-3000:]}")
+
+
+def tensor(export: pathlib.Path, name: str) -> np.ndarray:
+  """One tensor of an export, read from its safetensors files."""
+  from safetensors import safe_open  # pylint: disable=import-outside-toplevel
+
+  for f in sorted(export.glob("*.safetensors")):
+    with safe_open(str(f), "numpy") as st:
+      if name in st.keys():
+        return st.get_tensor(name)
+  raise KeyError(f"{name} is in no file of {export}")
 
 
 def parameters(overrides: list[str]) -> dict[str, np.ndarray]:
@@ -105,7 +116,7 @@ def _ulps(a: np.ndarray, b: np.ndarray) -> float:
 def check_weights(export: pathlib.Path, params: dict[str, np.ndarray], run: str, fmt: str, work: pathlib.Path) -> int:
   """Check 1: the format's library reads exactly the forward's operands. Returns how many weights it checked."""
   npz = work / f"{export.name}.npz"
-  _hf_side("weights", str(export), str(npz))
+  hf_side("weights", str(export), str(npz))
   got = np.load(npz)
   modules = {k.split("|")[0] for k in got.files}
   expected = list(_maxtext_weights(params, run))
@@ -137,7 +148,7 @@ def check_load(export: pathlib.Path, work: pathlib.Path) -> None:
   """transformers' default load (compressed, decompressed on the first forward) finds every tensor it expects and
   uses every tensor in the files, and its logits are finite."""
   out = work / f"{export.name}-load.json"
-  _hf_side("load", str(export), str(out))
+  hf_side("load", str(export), str(out))
   info = json.loads(out.read_text())
   problems = {k: v for k, v in info.items() if k != "finite" and v}
   assert not problems and info["finite"], f"{export.name}: transformers' load: {problems or 'non-finite logits'}"
@@ -197,7 +208,7 @@ def check_logits(export: pathlib.Path, overrides: list[str], params: dict[str, n
   tokens = (np.arange(2 * 64).reshape(2, 64) * 37 + 11) % 256
   np.save(work / "tokens.npy", tokens)
   out = work / f"{export.name}-logits.npy"
-  _hf_side("logits", str(export), str(work / "tokens.npy"), str(out), *(["--dequantize"] if quantized else []))
+  hf_side("logits", str(export), str(work / "tokens.npy"), str(out), *(["--dequantize"] if quantized else []))
   hf = np.load(out)
   ours = _maxtext_logits(overrides, params, run, tokens, _bf16_dequantized if quantized else None)
   diff = float(np.max(np.abs(hf - ours)))

@@ -60,7 +60,7 @@ def _planted(monkeypatch, fault: Callable[[str, dict[str, np.ndarray]], dict[str
   from MaxText.export import layouts  # pylint: disable=import-outside-toplevel
 
   original = layouts.tensors_of
-  monkeypatch.setattr(layouts, "tensors_of", lambda name, q, fmt: fault(name, original(name, q, fmt)))
+  monkeypatch.setattr(layouts, "tensors_of", lambda name, q, fmt, *rest: fault(name, original(name, q, fmt, *rest)))
 
 
 @pytest.mark.slow
@@ -89,12 +89,82 @@ def test_a_bf16_layer_missing_from_the_ignore_list_fails_the_load_or_check_1(tra
 
   run = "dense_scanned"
   original = layouts.quantization_config
-  monkeypatch.setattr(layouts, "quantization_config", lambda fmt, ignore: original(
-      fmt, [n for n in ignore if n != "model.layers.0.self_attn.q_proj.weight"]))
+  monkeypatch.setattr(layouts, "quantization_config", lambda fmt, ignore, *rest: original(
+      fmt, [n for n in ignore if n != "model.layers.0.self_attn.q_proj.weight"], *rest))
   export(trained[run], tmp_path / "unlisted")
   with pytest.raises((AssertionError, RuntimeError), match="q_proj"):
     check_weights(tmp_path / "unlisted", parameters(trained[run]), run, "compressed-tensors", tmp_path)
     check_load(tmp_path / "unlisted", tmp_path)
+
+
+# --- activations: W4A4 with calibrated input scales ------------------------------------------------------------
+
+
+def _statistics_input_amax(overrides: list[str], root: pathlib.Path, steps: int, jax_cache_dir) -> dict[str, float]:
+  """The oracle: the *statistics* tap's fprop_x amax (MaxText.nvfp4.stats, another measurement than the calibration
+  tap's) in this test's own resume of the run's checkpoint for `steps` steps at learning rate 0: `layer_XX/<gemm>` ->
+  its largest over the steps."""
+  from MaxText.integration.artifacts import parse_stat_name  # pylint: disable=import-outside-toplevel
+
+  given = dict(o.split("=", 1) for o in overrides)
+  step_dir = pathlib.Path(given["base_output_directory"]) / given["run_name"] / "checkpoints" / str(checks.STEP)
+  (root / "oracle" / "checkpoints").mkdir(parents=True)
+  (root / "oracle" / "checkpoints" / str(checks.STEP)).symlink_to(step_dir)
+  metrics = root / "oracle.jsonl"
+  mine = ["run_name=oracle", f"base_output_directory={root}", f"metrics_file={metrics}",
+          f"steps={checks.STEP + 1 + steps}", "learning_rate=0", "enable_checkpointing=true",
+          "async_checkpointing=false", "checkpoint_period=1000000", "nvfp4_stats_interval=1"]
+  run = helpers.train_cli([*[o for o in overrides if o.split("=", 1)[0] not in {m.split("=")[0] for m in mine}],
+                           *mine], jax_cache_dir)
+  assert run.returncode == 0, run.stderr[-3000:]
+  found: dict[str, float] = {}
+  for row in (json.loads(line) for line in metrics.read_text().splitlines() if line.strip()):
+    for name, value in row.items():
+      if (stat := parse_stat_name(name)) is not None and (stat.operand, stat.stat) == ("fprop_x", "amax"):
+        at = f"layer_{stat.layer:02d}/{stat.gemm}"
+        found[at] = max(found.get(at, 0.0), float(value))
+  return found
+
+
+@pytest.mark.slow
+def test_calibrated_input_scales_are_the_forwards_input_amax_in_both_formats(trained, tmp_path, jax_cache_dir):
+  """--activations calibrate: every NVFP4 Linear's input global scale is 2688 / (its input's amax over the
+  calibration steps), that amax is the one the statistics tap measures on the same steps, compressed-tensors'
+  loader attaches it to the module with NVFP4 (tensor-group 16, local dynamic) inputs, and ModelOpt's file holds
+  amax / 2688 under quant_algo NVFP4."""
+  from MaxText.export import calibrate, run  # pylint: disable=import-outside-toplevel
+  from MaxText.export.layouts import Format  # pylint: disable=import-outside-toplevel
+  from MaxText.nvfp4.quantize import tensor_scales  # pylint: disable=import-outside-toplevel
+
+  name, steps = "dense_scanned", 2
+  config = config_of(trained[name])
+  measured = []
+
+  def measure(checkpoint):
+    measured.append(calibrate.calibrate(config, str(helpers.TINY_YML), trained[name], checkpoint.path, steps,
+                                        tmp_path / "work"))
+    return measured[-1]
+
+  run.export(config, tmp_path / "ct", Format.COMPRESSED_TENSORS, progress=False, calibrate=measure)
+  run.export(config, tmp_path / "mo", Format.MODELOPT, progress=False, calibrate=lambda _: measured[0])
+  amax = json.loads((tmp_path / "ct" / run.METADATA_FILE).read_text())["activations"]["input_amax"]
+  assert amax == _statistics_input_amax(trained[name], tmp_path, steps, jax_cache_dir)
+  assert set(amax) == {f"layer_{layer:02d}/mlp/{g}" for layer in range(checks.LAYERS) for g in ("wi_0", "wi_1", "wo")}
+
+  out = tmp_path / "inputs.json"
+  checks.hf_side("inputs", str(tmp_path / "ct"), str(out))
+  held = json.loads(out.read_text())
+  hf = {"wi_0": "gate_proj", "wi_1": "up_proj", "wo": "down_proj"}
+  modules = {at: f"model.layers.{int(at[6:8])}.mlp.{hf[at.rsplit('/', 1)[1]]}" for at in amax}
+  assert set(held) == set(modules.values()), sorted(held)
+  for at, module in modules.items():
+    s_enc, s_dec = (np.float32(s) for s in tensor_scales(np.float32(amax[at])))
+    assert held[module]["input_global_scale"] == [s_enc], (module, held[module], amax[at])
+    assert (held[module]["num_bits"], held[module]["strategy"], held[module]["group_size"],
+            held[module]["dynamic"]) == (4, "tensor_group", 16, "local"), held[module]
+    assert checks.tensor(tmp_path / "mo", f"{module}.input_scale") == s_dec, module
+  quant = json.loads((tmp_path / "mo" / "hf_quant_config.json").read_text())["quantization"]
+  assert quant["quant_algo"] == "NVFP4", quant
 
 
 # --- what the export says and refuses -----------------------------------------------------------------------------
@@ -172,6 +242,15 @@ def test_bad_input_raises_before_anything_is_written(trained, tmp_path):
     export(trained["dense_scanned"], tmp_path / "a", "compressed-tensors", "run_name=never_trained")
   with pytest.raises(ExportError, match="model_name=default.*maps: .*llama3.1-8b"):
     export([o for o in trained["dense_scanned"] if not o.startswith("model_name")], tmp_path / "b")
+  # --activations calibrate: an unquantized export has no input scales; a run without NVFP4 GEMMs nothing to measure.
+  from MaxText.export import calibrate, run  # pylint: disable=import-outside-toplevel
+  from MaxText.export.layouts import Format  # pylint: disable=import-outside-toplevel
+  config = config_of(trained["dense_scanned"])
+  with pytest.raises(ExportError, match="--activations calibrate with --format bf16"):
+    run.export(config, tmp_path / "c", Format.BF16, progress=False, calibrate=lambda _: pytest.fail("measured"))
+  fp8 = config_of(trained["dense_scanned"], "quantization=fp8")
+  with pytest.raises(ExportError, match="quantization=fp8 and nvfp4_mlp_precision=nvfp4: the calibration measures"):
+    calibrate.calibrate(fp8, str(helpers.TINY_YML), [], tmp_path / "ckpt", 2, tmp_path / "work")
   assert sorted(p.name for p in tmp_path.iterdir()) == ["full"]
 
 

@@ -6,6 +6,7 @@ emulator's quantization of the same checkpoint.
   python hf_side.py weights DIR OUT.npz       every NVFP4 weight, unpacked and dequantized by the format's library
   python hf_side.py logits DIR TOKENS.npy OUT.npy [--dequantize] [--dtype float32|bfloat16]
   python hf_side.py load DIR OUT.json          transformers' default load: keys missing or unused, finite logits
+  python hf_side.py inputs DIR OUT.json        each Linear's input quantization as the loaded model holds it (W4A4)
 """
 
 from __future__ import annotations
@@ -104,6 +105,25 @@ def load(d: pathlib.Path, out: pathlib.Path) -> None:
   out.write_text(json.dumps({**{k: sorted(map(str, v)) for k, v in info.items()}, "finite": finite}), encoding="utf-8")
 
 
+def inputs(d: pathlib.Path, out: pathlib.Path) -> None:
+  """transformers' default load of a W4A4 export: for every Linear whose scheme quantizes its input, the scheme's
+  input arguments and the `input_global_scale` compressed-tensors attached to it (what its forward divides by)."""
+  # pylint: disable=import-outside-toplevel
+  from transformers import AutoModelForCausalLM
+
+  model = AutoModelForCausalLM.from_pretrained(str(d))
+  found = {}
+  for name, module in model.named_modules():
+    scheme = getattr(module, "quantization_scheme", None)
+    if scheme is not None and scheme.input_activations is not None:
+      args = scheme.input_activations
+      found[name] = {"num_bits": args.num_bits, "type": str(getattr(args.type, "value", args.type)),
+                     "strategy": str(getattr(args.strategy, "value", args.strategy)),
+                     "group_size": args.group_size, "dynamic": str(getattr(args.dynamic, "value", args.dynamic)),
+                     "input_global_scale": _f32(module.input_global_scale.detach()).tolist()}
+  out.write_text(json.dumps(found), encoding="utf-8")
+
+
 def main() -> None:
   p = argparse.ArgumentParser()
   sub = p.add_subparsers(dest="cmd", required=True)
@@ -116,14 +136,17 @@ def main() -> None:
   lg.add_argument("out", type=pathlib.Path)
   lg.add_argument("--dequantize", action="store_true")
   lg.add_argument("--dtype", default="float32")
-  ld = sub.add_parser("load")
-  ld.add_argument("dir", type=pathlib.Path)
-  ld.add_argument("out", type=pathlib.Path)
+  for cmd in ("load", "inputs"):
+    ld = sub.add_parser(cmd)
+    ld.add_argument("dir", type=pathlib.Path)
+    ld.add_argument("out", type=pathlib.Path)
   a = p.parse_args()
   if a.cmd == "weights":
     weights(a.dir, a.out)
   elif a.cmd == "load":
     load(a.dir, a.out)
+  elif a.cmd == "inputs":
+    inputs(a.dir, a.out)
   else:
     logits(a.dir, a.tokens, a.out, a.dequantize, a.dtype)
 

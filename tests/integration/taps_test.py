@@ -17,36 +17,36 @@ from MaxText.precision import taps
 from MaxText.precision.keys import PluginKeys
 from tests.helpers import REPO_ROOT, subprocess_env, train_cli
 
-#: A toy tap: each NVFP4 GEMM's operand amax (x, W and dY, before any quantization), every N steps.
+#: A toy tap: each NVFP4 GEMM's operands' mean |.| (x, W and dY, before any quantization), every N steps.
 _TOY_MODULE = '''
 import jax.numpy as jnp
 
 from MaxText.precision.taps import ExpertReduction, Tap, operand_rows
 
 
-def _amax(t):
-  return jnp.max(jnp.abs(t)).astype(jnp.float32)
+def _mean_abs(t):
+  return jnp.mean(jnp.abs(t).astype(jnp.float32))
 
 
 def _measure(recipe, candidate):
   del recipe, candidate  # the raw operands: no quantizer involved
-  return operand_rows(("amax",), lambda x, w: jnp.stack([_amax(x), _amax(w), _amax(x)])[:, None],
-                      lambda dy: jnp.stack([_amax(dy), _amax(dy)])[:, None])
+  return operand_rows(("mean_abs",), lambda x, w: jnp.stack([_mean_abs(x), _mean_abs(w), _mean_abs(x)])[:, None],
+                      lambda dy: jnp.stack([_mean_abs(dy), _mean_abs(dy)])[:, None])
 
 
-AMAX = Tap(name="input_amax", what="the input amax", description="Every N steps, each NVFP4 GEMM's operand amax.",
-           prefix="nvfp4/input_amax/", columns=("amax",), experts=ExpertReduction.MEAN, measure=_measure)
+MEAN_ABS = Tap(name="mean_abs", what="the mean magnitude", description="Every N steps, each GEMM's operand mean |.|.",
+               prefix="nvfp4/mean_abs/", columns=("mean_abs",), experts=ExpertReduction.MEAN, measure=_measure)
 '''
 
 
-def _toy_distribution(root: pathlib.Path, value: str = "toy_tap:AMAX") -> pathlib.Path:
+def _toy_distribution(root: pathlib.Path, value: str = "toy_tap:MEAN_ABS") -> pathlib.Path:
   """A directory that, on PYTHONPATH, is an installed distribution declaring one tap under the registry's group."""
   root.mkdir(parents=True, exist_ok=True)
   (root / "toy_tap.py").write_text(_TOY_MODULE)
   info = root / "toy_tap-0.1.dist-info"
   info.mkdir()
   (info / "METADATA").write_text("Metadata-Version: 2.1\nName: toy-tap\nVersion: 0.1\n")
-  (info / "entry_points.txt").write_text(f"[{taps.ENTRY_POINT_GROUP}]\ninput_amax = {value}\n")
+  (info / "entry_points.txt").write_text(f"[{taps.ENTRY_POINT_GROUP}]\nmean_abs = {value}\n")
   return root
 
 
@@ -57,7 +57,8 @@ def _python(code: str, toy: pathlib.Path) -> subprocess.CompletedProcess:
 
 def test_the_built_in_taps_are_entries_with_their_keys_variables_and_prefixes():
   assert [(t.key, t.variable, t.prefix) for t in taps.TAPS] == [
-      ("nvfp4_stats_interval", "nvfp4_stats", "nvfp4/"), ("nvfp4_audit_interval", "nvfp4_audit", "nvfp4/audit/")]
+      ("nvfp4_stats_interval", "nvfp4_stats", "nvfp4/"), ("nvfp4_audit_interval", "nvfp4_audit", "nvfp4/audit/"),
+      ("nvfp4_calibration_interval", "nvfp4_calibration", "nvfp4/calibration/")]
   assert all(PluginKeys.model_fields[t.key].default == 0 for t in taps.TAPS)
   assert taps.STATISTICS.metric(3, "mlp/wo", "wgrad_dy", "rel_error") == "nvfp4/layer_03/mlp/wo/wgrad_dy/rel_error"
   # The statistics' prefix is the start of the audit's: a metric belongs to the tap whose prefix precedes a layer.
@@ -75,10 +76,10 @@ def test_two_taps_with_one_name_or_prefix_are_refused():
 
 @pytest.mark.slow  # a subprocess importing jax
 def test_an_entry_point_that_is_not_a_tap_is_refused_by_name(tmp_path):
-  toy = _toy_distribution(tmp_path, value="toy_tap:_amax")
+  toy = _toy_distribution(tmp_path, value="toy_tap:_mean_abs")
   run = _python("import MaxText.precision.keys", toy)
   assert run.returncode != 0
-  assert "entry point input_amax = toy_tap:_amax in group maxtext_nvfp4.taps is a function, not a" in run.stderr
+  assert "entry point mean_abs = toy_tap:_mean_abs in group maxtext_nvfp4.taps is a function, not a" in run.stderr
 
 
 @pytest.mark.slow
@@ -86,25 +87,25 @@ def test_a_tap_declared_outside_the_package_reaches_metrics_record_checks_and_pr
   toy = _toy_distribution(tmp_path / "site")
   root, metrics = tmp_path / "out", tmp_path / "metrics.jsonl"
   run = train_cli(["run_name=toy", f"base_output_directory={root}", f"metrics_file={metrics}",
-                   "quantization=te_nvfp4", "nvfp4_backend=emulated", "nvfp4_input_amax_interval=2"], jax_cache_dir,
+                   "quantization=te_nvfp4", "nvfp4_backend=emulated", "nvfp4_mean_abs_interval=2"], jax_cache_dir,
                   env={"PYTHONPATH": str(toy)})
   assert run.returncode == 0, run.stderr[-4000:]
 
   # maxtext's metrics file: the toy tap's metrics on its steps (0, 2, 4 of 5) only; no statistics (they are off).
   rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
-  toy_steps = [int(r["step"]) for r in rows if any(k.startswith("nvfp4/input_amax/") for k in r)]
+  toy_steps = [int(r["step"]) for r in rows if any(k.startswith("nvfp4/mean_abs/") for k in r)]
   assert toy_steps == [0, 2, 4]
   first = {k: v for k, v in rows[0].items() if k.startswith("nvfp4/")}
-  assert set(first) == {f"nvfp4/input_amax/layer_{layer:02d}/mlp/{gemm}/{operand}/amax" for layer in (0, 1)
+  assert set(first) == {f"nvfp4/mean_abs/layer_{layer:02d}/mlp/{gemm}/{operand}/mean_abs" for layer in (0, 1)
                         for gemm in ("wi_0", "wi_1", "wo")
                         for operand in ("fprop_x", "fprop_w", "dgrad_dy", "wgrad_x", "wgrad_dy")}
   assert all(v > 0 for v in first.values())
-  x = "nvfp4/input_amax/layer_00/mlp/wo/{}/amax"  # x enters fprop and wgrad: one amax, in both rows
+  x = "nvfp4/mean_abs/layer_00/mlp/wo/{}/mean_abs"  # x enters fprop and wgrad: one value, in both rows
   assert first[x.format("fprop_x")] == first[x.format("wgrad_x")]
 
   # The run record holds its interval beside the built-in taps'.
   record = json.loads((root / "toy" / "nvfp4_run.json").read_text())
-  assert (record["nvfp4_input_amax_interval"], record["nvfp4_stats_interval"]) == (2, 0)
+  assert (record["nvfp4_mean_abs_interval"], record["nvfp4_stats_interval"]) == (2, 0)
 
   # The config checks refuse it where it cannot measure, naming its key; the pre-flight prices it and compiles
   # comparison programs without it.
@@ -113,15 +114,15 @@ def test_a_tap_declared_outside_the_package_reaches_metrics_record_checks_and_pr
       from MaxText.preflight import programs
       from tests.helpers import TINY_YML, load_config
       try:
-        load_config(TINY_YML, "quantization=fp8", "nvfp4_input_amax_interval=2")
+        load_config(TINY_YML, "quantization=fp8", "nvfp4_mean_abs_interval=2")
       except ValueError as e:
         print("refused:", e)
-      settings = settings_of(load_config(TINY_YML, "quantization=te_nvfp4", "nvfp4_input_amax_interval=5"))
+      settings = settings_of(load_config(TINY_YML, "quantization=te_nvfp4", "nvfp4_mean_abs_interval=5"))
       print("priced:", [(t.key, t.interval, t.off) for t in programs.taps(settings)])
-      print("off:", "nvfp4_input_amax_interval=0" in programs.TAPS_OFF)
+      print("off:", "nvfp4_mean_abs_interval=0" in programs.TAPS_OFF)
       """, toy)
   assert check.returncode == 0, check.stderr[-4000:]
-  assert ("nvfp4_input_amax_interval=2 with quantization='fp8': it measures NVFP4 GEMMs (the input amax)"
+  assert ("nvfp4_mean_abs_interval=2 with quantization='fp8': it measures NVFP4 GEMMs (the mean magnitude)"
           in check.stdout.split("refused:", 1)[1])
-  assert "priced: [('nvfp4_input_amax_interval', 5, 'nvfp4_input_amax_interval=0')]" in check.stdout
+  assert "priced: [('nvfp4_mean_abs_interval', 5, 'nvfp4_mean_abs_interval=0')]" in check.stdout
   assert "off: True" in check.stdout

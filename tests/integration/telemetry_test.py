@@ -69,6 +69,17 @@ def test_expert_stacks_report_the_sum_of_their_experts_audit_counts():
   assert sum(float(v) for v in metrics.values()) == 8.0
 
 
+def test_expert_stacks_report_the_largest_of_their_experts_calibration_amax():
+  """The calibration's input amax of a RoutedMoE layer's expert GEMM: the largest over experts (one input scale the
+  experts share), neither their mean nor their sum."""
+  amax = np.zeros((1, 3, 2, len(GEMM_OPERANDS), 1), np.float32)  # layers, expert GEMMs, experts, operands, amax
+  amax[0, 0, :, 0, 0] = (1.5, 4.0)  # wi_0, fprop_x
+  state = {"model": {"decoder": {"layers": {"MoeBlock_0": {"nvfp4_experts": {"nvfp4_calibration": jnp.asarray(amax)}}}}}}
+  metrics = telemetry.stats_metrics(state, settings(switches=Switches(num_layers=1), calibration_interval=1))
+  assert float(metrics["nvfp4/calibration/layer_00/MoeBlock_0/experts/wi_0/fprop_x/amax"]) == 4.0
+  assert len(metrics) == 3 * len(GEMM_OPERANDS)
+
+
 def test_statistics_steps():
   """Every interval-th step, up to but not including nvfp4_bf16_from_step: from that step on every GEMM runs in BF16
   and quantizes nothing, the switch step itself included."""

@@ -22,7 +22,7 @@ def test_the_schemas_defaults_are_nvidias_recipe():
   assert settings.recipe == GemmRecipe() and settings.recipe.rht and settings.recipe.stochastic_rounding
   assert (settings.mlp, settings.attention, settings.experts) == (Precision.NVFP4, Precision.BF16, Precision.NVFP4)
   assert settings.backend is Backend.AUTO and settings.nonfinite_check and not settings.taps_on
-  assert settings.intervals == (("nvfp4_stats_interval", 0), ("nvfp4_audit_interval", 0))
+  assert settings.intervals == (("nvfp4_stats_interval", 0), ("nvfp4_audit_interval", 0), ("nvfp4_calibration_interval", 0))
   assert settings.switches == Switches(num_layers=4) and not settings.switches.any
   assert settings.nvfp4 and hash(settings) == hash(Settings.of(PluginKeys(), quantization="te_nvfp4", num_layers=4))
 

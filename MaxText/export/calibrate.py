@@ -1,0 +1,110 @@
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
+"""The export's activation calibration (`--activations calibrate`, W4A4): each NVFP4 GEMM's input amax over N steps of
+the run's own data through the checkpoint's weights, read from the calibration tap (MaxText.precision.taps).
+
+How: maxtext's own trainer resumes the checkpoint (its whole train state, linked into a scratch run directory, so the
+run's directory is not touched) with the run's config, data pipeline and sharding, for N more steps at
+`learning_rate=0` (the parameters every step multiplies stay the exported ones) with `nvfp4_calibration_interval=1`;
+the tap's metrics (`nvfp4/calibration/layer_03/mlp/wi_0/fprop_x/amax`) land in a metrics file, and the amax of each
+GEMM's input is their largest over the steps. Why a resume and not `load_parameters_path`: maxtext restores every
+variable of the model from the latter, and a training checkpoint has no calibration variables (nor, for maxtext
+0.2.5, the plugin's stochastic-rounding counters: such a load fails by name); a resume starts missing variables fresh.
+In a subprocess: a fresh jax with the run's own devices, and the export's process keeps its memory for the conversion.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+import re
+import subprocess
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from MaxText.export.mapping import ROUTED, ExportError, layer_of
+from MaxText.integration.cli import not_overridden
+from MaxText.integration.settings import settings_of
+from MaxText.precision.policy import Precision
+from MaxText.precision.taps import CALIBRATION, TAPS
+
+__all__ = ["Calibration", "calibrate", "gemm_path", "read_input_amax"]
+
+_METRIC = re.compile(rf"^{re.escape(CALIBRATION.prefix)}layer_(?P<layer>\d+)/(?P<gemm>.+)/fprop_x/amax$")
+
+
+@dataclasses.dataclass(frozen=True)
+class Calibration:
+  """The input amax of every NVFP4 GEMM: (decoder layer, GEMM path as in the metric names) -> the largest over
+  `steps` steps (a routed-expert GEMM: over its experts too, one scale they share)."""
+
+  steps: int
+  amax: dict[tuple[int, str], float]
+
+  def input_amax(self, key: str, hf_name: str) -> float:
+    """The input amax of the GEMM whose weight is checkpoint parameter `key`, HF tensor `hf_name`."""
+    layer, gemm = layer_of(hf_name), gemm_path(key)
+    if layer is None or (layer, gemm) not in self.amax:
+      raise ExportError(f"{hf_name}: the calibration measured no input amax for layer {layer}, GEMM {gemm} "
+                        f"({len(self.amax)} GEMMs measured)")
+    return self.amax[(layer, gemm)]
+
+
+def gemm_path(key: str) -> str:
+  """A GEMM weight's checkpoint key as the GEMM's path in the metric names: `params-decoder-layers-mlp-wi_0-kernel`
+  -> `mlp/wi_0`; a routed expert stack `...-MoeBlock_0-wi_0` -> `MoeBlock_0/experts/wi_0` (telemetry's names)."""
+  parts = key.split("-")[3:]  # after params, decoder and the layer stack (layers, layers_0, moe_layers, ...)
+  if parts and parts[-1] == "kernel":
+    parts = parts[:-1]
+  if ROUTED.search(key):
+    parts = [*parts[:-1], "experts", parts[-1]]
+  return "/".join(parts)
+
+
+def read_input_amax(metrics_file: pathlib.Path) -> dict[tuple[int, str], float]:
+  """(layer, GEMM path) -> the largest `fprop_x` amax the calibration tap wrote over the metrics file's steps."""
+  found: dict[tuple[int, str], float] = {}
+  for line in metrics_file.read_text(encoding="utf-8").splitlines():
+    for name, value in (json.loads(line).items() if line.strip() else ()):
+      if (m := _METRIC.match(name)) is not None:
+        at = (int(m["layer"]), m["gemm"])
+        found[at] = max(found.get(at, 0.0), float(value))
+  return found
+
+
+def calibrate(config: Any, config_path: str, overrides: Sequence[str], checkpoint: pathlib.Path, steps: int,
+              workdir: pathlib.Path) -> Calibration:
+  """Runs the calibration (module docstring) in `workdir`; raises ExportError (one line) when it cannot."""
+  settings = settings_of(config)
+  if not settings.nvfp4 or settings.mlp is not Precision.NVFP4:
+    raise ExportError(f"--activations calibrate with quantization={settings.quantization or 'none'} and "
+                      f"nvfp4_mlp_precision={settings.mlp.value}: the calibration measures the inputs of the NVFP4 "
+                      "GEMMs the run trained with, and this run has none; export weight-only (--activations none)")
+  if steps < 1:
+    raise ExportError(f"--calibration-steps {steps}: use 1 or more")
+  step_dir = checkpoint.parent if checkpoint.name == "items" else checkpoint
+  if not (step_dir.name.isdigit() and (step_dir / "items").is_dir()):
+    raise ExportError(f"--activations calibrate: {checkpoint} is not a maxtext training checkpoint "
+                      "(<run>/checkpoints/<step>/items), which the calibration resumes; export weight-only, or point "
+                      "load_parameters_path at one")
+  linked = workdir / "calibration" / "checkpoints"
+  linked.mkdir(parents=True)
+  (linked / step_dir.name).symlink_to(step_dir.resolve(), target_is_directory=True)
+  metrics = workdir / "calibration_metrics.jsonl"
+  ours = ["load_parameters_path=''", "run_name=calibration", f"base_output_directory={workdir}",
+          f"metrics_file={metrics}", f"steps={int(step_dir.name) + 1 + steps}", "learning_rate=0",
+          "enable_checkpointing=true", "async_checkpointing=false", f"checkpoint_period={10**9}",
+          "nvfp4_bf16_from_step=null", "nvfp4_bf16_forward_from_step=null",
+          *(f"{tap.key}={int(tap is CALIBRATION)}" for tap in TAPS)]
+  command = [sys.executable, "-m", "MaxText.train", config_path, *not_overridden(overrides, ours), *ours]
+  run = subprocess.run(command, capture_output=True, text=True, check=False)
+  if run.returncode != 0:
+    tail = " ".join(run.stderr.strip().splitlines()[-1:])[:300]
+    raise ExportError(f"the calibration run (MaxText.train resuming step {step_dir.name} for {steps} steps at "
+                      f"learning_rate=0) failed with exit "
+                      f"status {run.returncode}: {tail}")
+  amax = read_input_amax(metrics)
+  if not amax:
+    raise ExportError(f"the calibration run wrote no {CALIBRATION.prefix} metrics to {metrics}")
+  return Calibration(steps, amax)
