@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from MaxText.nvfp4 import hadamard
-from MaxText.nvfp4.formats import BLOCK_SIZE, E2M1_MAGNITUDES, E2M1_MAX, e2m1_codes, e2m1_grid_step, to_e4m3_satfinite
+from MaxText.nvfp4.formats import BLOCK_SIZE, E2M1_MAX, e2m1_codes, e2m1_magnitudes, e2m1_neighbours, to_e4m3_satfinite
 from MaxText.nvfp4.gemm import GemmRecipe
 from MaxText.nvfp4.quantize import Scaling, _encode
 from MaxText.nvfp4.rounding import RANDOM_BITS, random_bits, stochastic_round_to_grid
@@ -99,24 +99,11 @@ def encode(a: jax.Array, operand: Operand, *, rht_signs: np.ndarray = hadamard.R
   return Encoded(codes=codes(scaled), scales=scales, amax=amax, scaled=scaled)
 
 
-def _magnitude(codes: jax.Array) -> jax.Array:
-  return jnp.asarray(E2M1_MAGNITUDES)[(codes & 7).astype(jnp.int32)]
-
-
-def _neighbours(y: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-  """(lower, upper E2M1 magnitude around |y|, and the grid step there); equal where |y| is on the grid or >= 6."""
-  a = jnp.minimum(jnp.abs(y), E2M1_MAX)
-  step = e2m1_grid_step(a)
-  lower = jnp.floor(a / step) * step
-  upper = jnp.where(lower == a, lower, jnp.minimum(lower + step, E2M1_MAX))
-  return lower, upper, step
-
-
 def neighbours(codes: jax.Array, scaled: jax.Array) -> jax.Array:
   """Where each code is one of the two E2M1 neighbours of its scaled input, with the input's sign (0 either sign);
   NaN inputs count as fine (their rounding is the quantizer's documented NaN rule, not stochastic rounding)."""
-  lower, upper, _ = _neighbours(scaled)
-  magnitude = _magnitude(codes)
+  lower, upper, _ = e2m1_neighbours(scaled)
+  magnitude = e2m1_magnitudes(codes)
   negative = (codes >> 3) & 1
   sign_ok = (magnitude == 0) | (negative.astype(bool) == jnp.signbit(scaled))
   return jnp.isnan(scaled) | (((magnitude == lower) | (magnitude == upper)) & sign_ok)
@@ -125,7 +112,7 @@ def neighbours(codes: jax.Array, scaled: jax.Array) -> jax.Array:
 def sr_moments(scaled: jax.Array) -> tuple[jax.Array, jax.Array]:
   """(mean, variance) of TE's stochastic rounding of each scaled input: up with probability floor(256 f) / 256, f
   the input's fraction of the grid step it sits in (8 random bits: the rule is unbiased up to 1/256 of a step)."""
-  lower, upper, step = _neighbours(scaled)
+  lower, upper, step = e2m1_neighbours(scaled)
   fraction = jnp.where(upper > lower, (jnp.minimum(jnp.abs(scaled), E2M1_MAX) - lower) / step, 0.0)
   p_up = jnp.floor(fraction * (1 << RANDOM_BITS)) / (1 << RANDOM_BITS)
   mean = jnp.where(jnp.signbit(scaled), -1.0, 1.0) * (lower + p_up * (upper - lower))

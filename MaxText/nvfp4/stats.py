@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from MaxText.nvfp4 import hadamard
-from MaxText.nvfp4.formats import TENSOR_SCALE_RANGE, round_to_e2m1_grid
+from MaxText.nvfp4.formats import NVFP4, TENSOR_SCALE_RANGE, round_to_e2m1_grid
 from MaxText.nvfp4.gemm import GemmRecipe
 from MaxText.nvfp4.quantize import Scaling, _blocked, _check_input, _encode
 
@@ -29,8 +29,8 @@ __all__ = ["BACKWARD_ROWS", "FORWARD_ROWS", "GEMM_OPERANDS", "STAT_NAMES", "SUBN
 #: The statistics, in the order `quantization_stats` returns them (and stacked arrays of them are laid out).
 STAT_NAMES = ("amax", "underflow", "rel_error", "subnormal_scales")
 
-#: Smallest normal E4M3 value: a block scale below it (or 0) has lost precision to the format's subnormal range.
-SUBNORMAL_SCALE = np.float32(2.0**-6)
+#: Smallest normal E4M3 value (2**-6): a block scale below it (or 0) has lost precision to the subnormal range.
+SUBNORMAL_SCALE = NVFP4.scale_min_normal
 
 
 def _fraction(hits: jax.Array, of: jax.Array) -> jax.Array:

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from MaxText.nvfp4 import audit, hadamard
-from MaxText.nvfp4.formats import E2M1_MAX, E4M3, E4M3_MAX, e2m1_codes, e2m1_grid_step, to_e4m3_satfinite
+from MaxText.nvfp4.formats import NVFP4, e2m1_codes, e2m1_neighbours, to_e4m3_satfinite
 from MaxText.nvfp4.gemm import GemmRecipe, nvfp4_dot_general
 from MaxText.nvfp4.rounding import random_bits, stochastic_round_to_grid
 
@@ -55,15 +55,14 @@ def _e4m3_up(v: jax.Array) -> jax.Array:
   """E4M3 rounded up instead of to nearest-even (the scale-round fault)."""
   nearest = to_e4m3_satfinite(v)
   bits = jax.lax.bitcast_convert_type(nearest, jnp.uint8)
-  up = jax.lax.bitcast_convert_type(bits + jnp.uint8(1), E4M3)
-  return jnp.where((nearest.astype(jnp.float32) < v) & (nearest.astype(jnp.float32) < E4M3_MAX), up, nearest)
+  up = jax.lax.bitcast_convert_type(bits + jnp.uint8(1), NVFP4.scale_dtype)
+  return jnp.where((nearest.astype(jnp.float32) < v) & (nearest.astype(jnp.float32) < NVFP4.scale_max), up, nearest)
 
 
 def _codes_toward_zero(y: jax.Array) -> jax.Array:
-  """E2M1 codes rounded toward zero instead of to nearest-even (the code-round fault)."""
-  a = jnp.minimum(jnp.abs(y), E2M1_MAX)
-  step = e2m1_grid_step(a)
-  return e2m1_codes(jnp.copysign(jnp.floor(a / step) * step, y))
+  """E2M1 codes rounded toward zero instead of to nearest-even (the code-round fault): the lower neighbour."""
+  lower, _, _ = e2m1_neighbours(y)
+  return e2m1_codes(jnp.copysign(lower, y))
 
 
 #: The faults `--with-fault` can inject, each into one operand's quantization.

@@ -31,7 +31,7 @@ import ml_dtypes
 import numpy as np
 
 from MaxText.nvfp4 import audit
-from MaxText.nvfp4.formats import E2M1_MAGNITUDES, TENSOR_SCALE_RANGE
+from MaxText.nvfp4.formats import BLOCK_SIZE, TENSOR_SCALE_RANGE, e2m1_values
 from MaxText.nvfp4.gemm import GemmRecipe
 from MaxText.selfcheck import tensors
 from MaxText.selfcheck.candidates import Candidate
@@ -76,9 +76,9 @@ def _first(mask: np.ndarray) -> tuple[int, ...] | None:
 
 
 def _values(codes: np.ndarray) -> np.ndarray:
-  """The E2M1 values of codes (sign in bit 3)."""
-  magnitude = np.asarray(E2M1_MAGNITUDES)[codes & 7]
-  return np.where((codes >> 3) & 1, -magnitude, magnitude)
+  """The E2M1 values of codes (sign in bit 3) as a NumPy float32 array, so the float64 sums they enter stay float64
+  (a jax array would pull them down to float32)."""
+  return np.asarray(e2m1_values(codes))
 
 
 def _operand_result(operand: audit.Operand, cases: list[dict[str, Any]], draws: int) -> Result:
@@ -167,7 +167,7 @@ def _case(operand: audit.Operand, ours: audit.Encoded, quantize: Callable[[jax.A
 def _dequantized(encoded: audit.Encoded) -> np.ndarray:
   """float64 values of an operand in its blocked orientation: e2m1 * e4m3 scale * amax / 2688."""
   scale_values = np.asarray(encoded.scales).view(ml_dtypes.float8_e4m3fn).astype(np.float64)
-  per_element = np.repeat(scale_values, 16, axis=-1)
+  per_element = np.repeat(scale_values, BLOCK_SIZE, axis=-1)
   return _values(np.asarray(encoded.codes)) * per_element * (float(encoded.amax) / float(TENSOR_SCALE_RANGE))
 
 
