@@ -21,12 +21,10 @@ import numpy as np
 
 from MaxText.nvfp4 import audit, hadamard
 from MaxText.nvfp4.formats import NVFP4, e2m1_codes, e2m1_neighbours, to_e4m3_satfinite
-from MaxText.nvfp4.gemm import GemmRecipe, nvfp4_dot_general
+from MaxText.nvfp4.gemm import MATMUL_DIMS, GemmRecipe, nvfp4_dot_general
 from MaxText.nvfp4.rounding import random_bits, stochastic_round_to_grid
 
 __all__ = ["FAULTS", "Candidate", "Emulator", "Fault", "TransformerEngine"]
-
-_NN = (((1,), (0,)), ((), ()))
 
 
 class Candidate(Protocol):
@@ -123,7 +121,7 @@ class Emulator:
 
   def gemms(self, x: jax.Array, w: jax.Array, dy: jax.Array, recipe: GemmRecipe) -> tuple[jax.Array, ...]:
     recipe = dataclasses.replace(recipe, stochastic_rounding=False)
-    y, pullback = jax.vjp(lambda a, b: nvfp4_dot_general(a, b, _NN, key=None, recipe=recipe), x, w)
+    y, pullback = jax.vjp(lambda a, b: nvfp4_dot_general(a, b, MATMUL_DIMS, key=None, recipe=recipe), x, w)
     return (y, *pullback(dy))
 
 

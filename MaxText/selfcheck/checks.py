@@ -27,11 +27,10 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import ml_dtypes
 import numpy as np
 
 from MaxText.nvfp4 import audit
-from MaxText.nvfp4.formats import BLOCK_SIZE, TENSOR_SCALE_RANGE, e2m1_values
+from MaxText.nvfp4.formats import BlockFormat, e2m1_values
 from MaxText.nvfp4.gemm import GemmRecipe
 from MaxText.selfcheck import tensors
 from MaxText.selfcheck.candidates import Candidate
@@ -164,11 +163,11 @@ def _case(operand: audit.Operand, ours: audit.Encoded, quantize: Callable[[jax.A
   return found
 
 
-def _dequantized(encoded: audit.Encoded) -> np.ndarray:
+def _dequantized(encoded: audit.Encoded, fmt: BlockFormat) -> np.ndarray:
   """float64 values of an operand in its blocked orientation: e2m1 * e4m3 scale * amax / 2688."""
-  scale_values = np.asarray(encoded.scales).view(ml_dtypes.float8_e4m3fn).astype(np.float64)
-  per_element = np.repeat(scale_values, BLOCK_SIZE, axis=-1)
-  return _values(np.asarray(encoded.codes)) * per_element * (float(encoded.amax) / float(TENSOR_SCALE_RANGE))
+  scale_values = np.asarray(encoded.scales).view(fmt.scale_dtype).astype(np.float64)
+  per_element = np.repeat(scale_values, fmt.block_size, axis=-1)
+  return _values(np.asarray(encoded.codes)) * per_element * (float(encoded.amax) / float(fmt.tensor_scale_range))
 
 
 def gemms(candidate: Candidate, shapes: Sequence[Shape], recipe: GemmRecipe, seed: int = 0) -> list[Result]:
@@ -182,7 +181,8 @@ def gemms(candidate: Candidate, shapes: Sequence[Shape], recipe: GemmRecipe, see
     w = tensors.tensor(shape.of("w"), "normal", seed + 1)
     dy = tensors.tensor(shape.of("dy"), "normal", seed + 2)
     got = jax.jit(lambda a, b, c: candidate.gemms(a, b, c, recipe))(x, w, dy)
-    q = {name: _dequantized(audit.encode({"x": x, "w": w, "dy": dy}[op.source], op)) for name, op in operands.items()}
+    q = {name: _dequantized(audit.encode({"x": x, "w": w, "dy": dy}[op.source], op), recipe.format)
+         for name, op in operands.items()}
     w_kn = q["fprop_w"] if recipe.weight_2d else q["fprop_w"].T  # a 1D W is blocked along K: (n, k) -> (k, n)
     references = {"fprop": (q["fprop_x"], w_kn, shape.k), "dgrad": (q["dgrad_dy"], w_kn.T, shape.n),
                   "wgrad": (q["wgrad_x"], q["wgrad_dy"].T, shape.m)}

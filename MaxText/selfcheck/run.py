@@ -15,7 +15,7 @@ from MaxText.backends import environment
 from MaxText.integration.settings import settings_of
 from MaxText.integration.shapes import gemm_dims
 from MaxText.nvfp4 import audit
-from MaxText.nvfp4.gemm import GemmRecipe, nvfp4_dot_general
+from MaxText.nvfp4.gemm import MATMUL_DIMS, GemmRecipe, nvfp4_dot_general
 from MaxText.precision.modes import Backend
 from MaxText.preflight import kernels as kernels_lib
 from MaxText.preflight.classify import Math
@@ -23,8 +23,6 @@ from MaxText.selfcheck import PROG, checks
 from MaxText.selfcheck.candidates import Candidate, Emulator, Fault, TransformerEngine
 
 __all__ = ["BadInput", "compile_only", "on_this_node", "shapes_of"]
-
-_NN = (((1,), (0,)), ((), ()))
 
 
 class BadInput(ValueError):
@@ -91,7 +89,7 @@ def _speed_gemms(candidate: Candidate, recipe: GemmRecipe, te_imports: bool) -> 
     nvfp4 = te_quantize.quantizer_set(recipe, key)
     gemms = {"nvfp4": lambda x, w: te_quantize.dense(x, w, nvfp4)}
   else:
-    gemms = {"nvfp4": lambda x, w: nvfp4_dot_general(x, w, _NN, key=key, recipe=recipe)}
+    gemms = {"nvfp4": lambda x, w: nvfp4_dot_general(x, w, MATMUL_DIMS, key=key, recipe=recipe)}
   if te_imports:
     # pylint: disable-next=import-outside-toplevel  # TE: only where it imports
     from transformer_engine.jax.quantize import QuantizerFactory, ScalingMode

@@ -1,6 +1,8 @@
 # Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
 """Format constants and the two saturating casts: exact tables, ties to even, saturation, signed zero."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import ml_dtypes
@@ -8,6 +10,7 @@ import numpy as np
 import pytest
 
 from MaxText.nvfp4 import formats
+from MaxText.nvfp4.gemm import GemmRecipe
 
 
 def test_constants():
@@ -27,6 +30,13 @@ def test_the_nvfp4_object_agrees_with_its_dtypes():
   assert fmt.tensor_scale_range == np.float32(2688) and fmt.tensor_scale_range.dtype == np.float32
   assert fmt.scale_min_normal == np.float32(2.0**-6) and fmt.block_size == 16
   assert formats.E4M3_MAX is fmt.scale_max and formats.BLOCK_SIZE == fmt.block_size
+
+
+def test_the_recipe_carries_the_format_and_refuses_one_the_quantizer_lacks():
+  assert GemmRecipe().format is formats.NVFP4
+  assert hash(GemmRecipe()) == hash(GemmRecipe(rht=True)) and GemmRecipe() == GemmRecipe(format=formats.NVFP4)
+  with pytest.raises(NotImplementedError, match="nvfp4 only"):
+    GemmRecipe(format=dataclasses.replace(formats.NVFP4, name="blocks_of_32", block_size=32))
 
 
 def test_e2m1_values_decode_every_code_as_the_float4_dtype_does():
