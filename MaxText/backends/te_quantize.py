@@ -26,8 +26,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from MaxText.nvfp4 import audit
 from MaxText.nvfp4.gemm import MATMUL_DIMS, GemmRecipe
+from MaxText.nvfp4.operands import Operand
 
 __all__ = ["candidate", "dense", "quantizer_set", "sr_state"]
 
@@ -69,7 +69,7 @@ def candidate(recipe: GemmRecipe) -> Any:
   """TE's quantization of a 2-D bf16 tensor as one GEMM operand: (tensor, operand, key=None) -> (codes, scales, amax)
   as bits in the operand's blocked orientation (MaxText.nvfp4.audit.Encoded's layout): the copy dense's GEMM reads."""
 
-  def quantize(tensor: jax.Array, operand: audit.Operand, key: jax.Array | None = None) -> tuple[jax.Array, ...]:
+  def quantize(tensor: jax.Array, operand: Operand, key: jax.Array | None = None) -> tuple[jax.Array, ...]:
     # pylint: disable-next=import-outside-toplevel  # optional heavy dependency: TE, only where TE quantizes
     from transformer_engine.jax import cpp_extensions as tex
 

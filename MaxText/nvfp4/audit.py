@@ -25,39 +25,18 @@ import numpy as np
 
 from MaxText.nvfp4 import hadamard
 from MaxText.nvfp4.formats import BLOCK_SIZE, E2M1_MAX, e2m1_codes, e2m1_magnitudes, e2m1_neighbours, to_e4m3_satfinite
-from MaxText.nvfp4.gemm import GemmRecipe
+from MaxText.nvfp4.operands import Operand, gemm_operands
 from MaxText.nvfp4.quantize import Scaling, _encode
 from MaxText.nvfp4.rounding import RANDOM_BITS, random_bits, stochastic_round_to_grid
 
+# Operand and gemm_operands are the operand table's (MaxText.nvfp4.operands), named here too for the callers that
+# take them with the audit (MaxText.backends.pipeline, MaxText.selfcheck.run).
 __all__ = ["COLUMNS", "Encoded", "Operand", "audited", "compare", "emulated", "encode", "gemm_operands", "neighbours",
            "sr_moments"]
 
 #: What `compare` counts, in order: mismatching codes (for a stochastically rounded operand: codes that are not one of
 #: the two E2M1 neighbours of the scaled input), mismatching block scales, a mismatching tensor amax (0 or 1).
 COLUMNS = ("codes", "scales", "amax")
-
-
-@dataclasses.dataclass(frozen=True)
-class Operand:
-  """One operand of an NVFP4 GEMM y = x W (x: M x K, W: K x N, dY: M x N) as the recipe quantizes it."""
-
-  name: str  # as MaxText.nvfp4.stats.GEMM_OPERANDS: fprop_x, fprop_w, dgrad_dy, wgrad_x, wgrad_dy
-  source: str  # the tensor it is made from: "x", "w" or "dy"
-  scaling: Scaling
-  axis: int  # the axis of the 2-D tensor its 1D blocks run along: -1 (K of x, N of dY) or 0 (M, or K of a 1D W)
-  rht: bool
-  stochastic: bool
-
-
-def gemm_operands(recipe: GemmRecipe) -> tuple[Operand, ...]:
-  """The five operands one GEMM quantizes (docs/numerics.md#which-tensor-gets-what), in GEMM_OPERANDS order."""
-  w_scaling, w_axis = (Scaling.TWO_D, -1) if recipe.weight_2d else (Scaling.ONE_D, 0)
-  sr = recipe.stochastic_rounding
-  return (Operand("fprop_x", "x", Scaling.ONE_D, -1, False, False),
-          Operand("fprop_w", "w", w_scaling, w_axis, False, False),
-          Operand("dgrad_dy", "dy", Scaling.ONE_D, -1, False, sr),
-          Operand("wgrad_x", "x", Scaling.ONE_D, 0, recipe.rht, False),
-          Operand("wgrad_dy", "dy", Scaling.ONE_D, 0, recipe.rht, sr))
 
 
 @jax.tree_util.register_dataclass

@@ -32,6 +32,7 @@ import numpy as np
 from MaxText.nvfp4 import audit
 from MaxText.nvfp4.formats import BlockFormat, e2m1_values
 from MaxText.nvfp4.gemm import GemmRecipe
+from MaxText.nvfp4.operands import Operand, gemm_operands
 from MaxText.selfcheck import tensors
 from MaxText.selfcheck.candidates import Candidate
 
@@ -80,7 +81,7 @@ def _values(codes: np.ndarray) -> np.ndarray:
   return np.asarray(e2m1_values(codes))
 
 
-def _operand_result(operand: audit.Operand, cases: list[dict[str, Any]], draws: int) -> Result:
+def _operand_result(operand: Operand, cases: list[dict[str, Any]], draws: int) -> Result:
   """One operand's row from its cases (one per shape and distribution)."""
   codes = sum(c["codes"] for c in cases)
   scales = sum(c["scales"] for c in cases)
@@ -114,7 +115,7 @@ def quantization(candidate: Candidate, shapes: Sequence[Shape], recipe: GemmReci
   encode = jax.jit(audit.encode, static_argnums=1)
   rows = []
   draws_key = jax.random.key(seed)
-  for o, operand in enumerate(audit.gemm_operands(recipe)):
+  for o, operand in enumerate(gemm_operands(recipe)):
     cases = []
     for s, shape in enumerate(shapes):
       for d, distribution in enumerate(tensors.DISTRIBUTIONS):
@@ -128,7 +129,7 @@ def quantization(candidate: Candidate, shapes: Sequence[Shape], recipe: GemmReci
   return rows
 
 
-def _case(operand: audit.Operand, ours: audit.Encoded, quantize: Callable[[jax.Array], Any], draws: int, case: str,
+def _case(operand: Operand, ours: audit.Encoded, quantize: Callable[[jax.Array], Any], draws: int, case: str,
           key: jax.Array) -> dict[str, Any]:
   """Counts of one tensor's mismatches, the first one described, and for SR the summed deviation of the magnitudes
   from the rule's mean with its variance (their ratio over all of an operand's tensors is its z)."""
@@ -174,7 +175,7 @@ def gemms(candidate: Candidate, shapes: Sequence[Shape], recipe: GemmRecipe, see
   """fprop, dgrad and wgrad of the candidate against float64 products of the dequantized operands (module
   docstring: the tolerance), stochastic rounding off, on the normal distribution at each shape."""
   recipe = dataclasses.replace(recipe, stochastic_rounding=False)
-  operands = {o.name: dataclasses.replace(o, stochastic=False) for o in audit.gemm_operands(recipe)}
+  operands = {o.name: dataclasses.replace(o, stochastic=False) for o in gemm_operands(recipe)}
   rows = []
   for shape in shapes:
     x = tensors.tensor(shape.of("x"), "normal", seed)
