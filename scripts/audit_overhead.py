@@ -59,10 +59,10 @@ def _gemm_programs(k: int, n: int, m: int, settings: Any, device: Any) -> tuple[
   from transformer_engine.jax.flax.module import TransformerEngineBase
 
   from MaxText.backends import te as te_backend
-  from MaxText.nvfp4.gemm import QUANTIZATION_NAME
+  from MaxText.nvfp4.gemm import MATMUL_DIMS, QUANTIZATION_NAME
   from MaxText.precision.policy import Precision
 
-  dims = (((1,), (0,)), ((), ()))
+  dims = MATMUL_DIMS
 
   class Bare(TransformerEngineBase):
     """transformer_engine.jax.dense.dense with the recipe's quantizer set, nothing around it."""

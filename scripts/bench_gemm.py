@@ -32,9 +32,7 @@ _REPO = pathlib.Path(__file__).resolve().parents[1]
 if str(_REPO) not in sys.path:
   sys.path.insert(0, str(_REPO))  # run as a file from the repo root: import this checkout's MaxText
 
-from MaxText.nvfp4.gemm import GemmRecipe, nvfp4_dot_general  # noqa: E402  pylint: disable=wrong-import-position
-
-_NN = (((1,), (0,)), ((), ()))
+from MaxText.nvfp4.gemm import MATMUL_DIMS, GemmRecipe, nvfp4_dot_general  # noqa: E402  pylint: disable=wrong-import-position
 
 
 def _modes(key: jax.Array) -> dict[str, Callable[[jax.Array, jax.Array], jax.Array]]:
@@ -43,9 +41,9 @@ def _modes(key: jax.Array) -> dict[str, Callable[[jax.Array, jax.Array], jax.Arr
       "bf16": lambda x, w: x @ w,
       "bf16_3d": lambda x, w: jax.lax.dot_general(x.reshape(4, -1, x.shape[-1]), w, (((2,), (0,)), ((), ())))
                  .reshape(x.shape[0], w.shape[1]),
-      "te_nvfp4": lambda x, w: nvfp4_dot_general(x, w, _NN, key=key, recipe=GemmRecipe()),
-      "te_nvfp4_no_rht": lambda x, w: nvfp4_dot_general(x, w, _NN, key=key, recipe=GemmRecipe(rht=False)),
-      "jax_nvfp4": lambda x, w: jax.nn.scaled_dot_general(x, w, _NN, preferred_element_type=x.dtype,
+      "te_nvfp4": lambda x, w: nvfp4_dot_general(x, w, MATMUL_DIMS, key=key, recipe=GemmRecipe()),
+      "te_nvfp4_no_rht": lambda x, w: nvfp4_dot_general(x, w, MATMUL_DIMS, key=key, recipe=GemmRecipe(rht=False)),
+      "jax_nvfp4": lambda x, w: jax.nn.scaled_dot_general(x, w, MATMUL_DIMS, preferred_element_type=x.dtype,
                                                           configs=jax_nvfp4),
   }
 

@@ -39,6 +39,7 @@ from MaxText.backends.emulated import unquantized
 from MaxText.backends.sr import sr_key
 from MaxText.backends.stages import Core
 from MaxText.nvfp4 import audit, grouped
+from MaxText.nvfp4.gemm import MATMUL_DIMS as EXPERT_DIMS  # one expert's GEMM x_e (rows, K) . w_e (K, N): the plain one
 from MaxText.nvfp4.gemm import GemmRecipe
 from MaxText.precision.modes import Backend
 from MaxText.precision.policy import Precision
@@ -70,8 +71,6 @@ class ExpertGemms:
   core: Callable[..., Core]  # (x_e, w_e, dimension_numbers, recipe) -> one expert's core GEMM
 
 
-#: One expert's GEMM x_e (rows, K) . w_e (K, N), as MaxText.nvfp4.grouped hands it.
-EXPERT_DIMS = (((1,), (0,)), ((), ()))
 _EMULATED = ExpertGemms("MaxText.nvfp4.grouped emulation (per-expert amax)", grouped.grouped_matmul,
                         grouped.batched_expert_matmul, emulated.core)
 #: Why the TE backend has no NVFP4 expert GEMMs (docs/numerics.md#transformerengine-shape-and-hardware-rules).

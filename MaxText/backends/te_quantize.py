@@ -26,8 +26,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from MaxText.nvfp4 import audit
-from MaxText.nvfp4.gemm import GemmRecipe
+from MaxText.nvfp4.gemm import MATMUL_DIMS, GemmRecipe
+from MaxText.nvfp4.operands import Operand
 
 __all__ = ["candidate", "dense", "quantizer_set", "sr_state"]
 
@@ -52,7 +52,7 @@ def quantizer_set(recipe: GemmRecipe, key: jax.Array | None) -> Any:
   from transformer_engine.jax.quantize.quantizer import NVFP4Quantizer
 
   def make(mode: Any, rht: bool, state: jax.Array | None = None) -> Any:
-    return NVFP4Quantizer(q_dtype=jnp.float4_e2m1fn, scaling_mode=mode, q_layout=QuantizeLayout.ROWWISE_COLWISE,
+    return NVFP4Quantizer(q_dtype=recipe.format.element_dtype, scaling_mode=mode, q_layout=QuantizeLayout.ROWWISE_COLWISE,
                           use_rht=rht, stochastic_rounding_rng_state=state)
 
   kernel_mode = ScalingMode.NVFP4_2D_SCALING if recipe.weight_2d else ScalingMode.NVFP4_1D_SCALING
@@ -69,7 +69,7 @@ def candidate(recipe: GemmRecipe) -> Any:
   """TE's quantization of a 2-D bf16 tensor as one GEMM operand: (tensor, operand, key=None) -> (codes, scales, amax)
   as bits in the operand's blocked orientation (MaxText.nvfp4.audit.Encoded's layout): the copy dense's GEMM reads."""
 
-  def quantize(tensor: jax.Array, operand: audit.Operand, key: jax.Array | None = None) -> tuple[jax.Array, ...]:
+  def quantize(tensor: jax.Array, operand: Operand, key: jax.Array | None = None) -> tuple[jax.Array, ...]:
     # pylint: disable-next=import-outside-toplevel  # optional heavy dependency: TE, only where TE quantizes
     from transformer_engine.jax import cpp_extensions as tex
 
@@ -91,5 +91,5 @@ def dense(x: jax.Array, w: jax.Array, quantizers: Any) -> jax.Array:
   # pylint: disable-next=import-outside-toplevel  # optional heavy dependency: TE, only where TE runs
   from transformer_engine.jax.dense import dense as te_dense
 
-  return te_dense(x.astype(jnp.bfloat16), w.astype(jnp.bfloat16), contracting_dims=((1,), (0,)),
+  return te_dense(x.astype(jnp.bfloat16), w.astype(jnp.bfloat16), contracting_dims=MATMUL_DIMS[0],
                   quantizer_set=quantizers)

@@ -9,7 +9,6 @@ plus a short table on stdout. A plan that leaves NVFP4 unused where the config a
 never a table of zeros.
 """
 
-import dataclasses
 from collections.abc import Iterable
 from typing import Any
 
@@ -131,7 +130,9 @@ def report(model: Any, output_dir: str, flops: dict[str, float] | None = None) -
     return entries
   check(quant, entries)
   mlp = quant.policy.mlp.value
-  plan = artifacts.Plan(backend=quant.backend.value, recipe=dataclasses.asdict(quant.policy.recipe),
+  # The recipe's switches (its block format is NVFP4 in every run: GemmRecipe refuses another).
+  recipe = {name: getattr(quant.policy.recipe, name) for name in artifacts.RecipeRecord.model_fields}
+  plan = artifacts.Plan(backend=quant.backend.value, recipe=recipe,
                         switches=quant.settings.switches.describe(),
                         decoder_layers_mlp=switches.layer_precisions(quant.settings.switches, mlp), gemms=entries,
                         flops=flops)

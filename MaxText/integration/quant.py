@@ -18,7 +18,6 @@ from maxtext.layers import quantizations
 from MaxText.backends import environment, experts
 from MaxText.backends.dense import module_class
 from MaxText.integration.settings import settings_of
-from MaxText.nvfp4.formats import BLOCK_SIZE
 from MaxText.precision.modes import Backend
 from MaxText.precision.policy import Precision, PrecisionPolicy
 from MaxText.precision.settings import Settings
@@ -53,7 +52,7 @@ class Nvfp4Quantization(quantizations.Quantization):
 
   def get_block_size(self) -> int:
     """Rows of DenseGeneral's dummy init input: a multiple of NVFP4's block (TE's RHT kernel wants 128)."""
-    return 128 if self.backend is Backend.TE else BLOCK_SIZE
+    return 128 if self.backend is Backend.TE else self.policy.recipe.format.block_size
 
   def dot_general_cls(self, mesh_axes: tuple[str | None, ...] = ()) -> type[nn.Module]:
     return module_class(self.policy.precision_for(tuple(mesh_axes)), self.backend, self.settings)

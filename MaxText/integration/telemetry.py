@@ -24,7 +24,7 @@ from MaxText.backends.experts import EXPERT_GEMMS
 from MaxText.integration import artifacts
 from MaxText.integration.layers import layer_indices
 from MaxText.integration.settings import settings_of
-from MaxText.nvfp4.stats import GEMM_OPERANDS
+from MaxText.nvfp4.operands import GEMM_OPERANDS
 from MaxText.precision.modes import is_nvfp4
 from MaxText.precision.settings import Settings
 from MaxText.precision.taps import TAPS, ExpertReduction, Tap

@@ -24,40 +24,18 @@ import jax.numpy as jnp
 import numpy as np
 
 from MaxText.nvfp4 import hadamard
-from MaxText.nvfp4.formats import BLOCK_SIZE, E2M1_MAGNITUDES, E2M1_MAX, e2m1_codes, e2m1_grid_step, to_e4m3_satfinite
-from MaxText.nvfp4.gemm import GemmRecipe
+from MaxText.nvfp4.formats import BLOCK_SIZE, E2M1_MAX, e2m1_codes, e2m1_magnitudes, e2m1_neighbours, to_e4m3_satfinite
+from MaxText.nvfp4.operands import Operand
 from MaxText.nvfp4.quantize import Scaling, _encode
 from MaxText.nvfp4.rounding import RANDOM_BITS, random_bits, stochastic_round_to_grid
 
-__all__ = ["COLUMNS", "Encoded", "Operand", "audited", "compare", "emulated", "encode", "gemm_operands", "neighbours",
-           "sr_moments"]
+# Operand and gemm_operands are the operand table's (MaxText.nvfp4.operands), named here too for the callers that
+# take them with the audit (MaxText.backends.pipeline, MaxText.selfcheck.run).
+__all__ = ["COLUMNS", "Encoded", "audited", "compare", "emulated", "encode", "neighbours", "sr_moments"]
 
 #: What `compare` counts, in order: mismatching codes (for a stochastically rounded operand: codes that are not one of
 #: the two E2M1 neighbours of the scaled input), mismatching block scales, a mismatching tensor amax (0 or 1).
 COLUMNS = ("codes", "scales", "amax")
-
-
-@dataclasses.dataclass(frozen=True)
-class Operand:
-  """One operand of an NVFP4 GEMM y = x W (x: M x K, W: K x N, dY: M x N) as the recipe quantizes it."""
-
-  name: str  # as MaxText.nvfp4.stats.GEMM_OPERANDS: fprop_x, fprop_w, dgrad_dy, wgrad_x, wgrad_dy
-  source: str  # the tensor it is made from: "x", "w" or "dy"
-  scaling: Scaling
-  axis: int  # the axis of the 2-D tensor its 1D blocks run along: -1 (K of x, N of dY) or 0 (M, or K of a 1D W)
-  rht: bool
-  stochastic: bool
-
-
-def gemm_operands(recipe: GemmRecipe) -> tuple[Operand, ...]:
-  """The five operands one GEMM quantizes (docs/numerics.md#which-tensor-gets-what), in GEMM_OPERANDS order."""
-  w_scaling, w_axis = (Scaling.TWO_D, -1) if recipe.weight_2d else (Scaling.ONE_D, 0)
-  sr = recipe.stochastic_rounding
-  return (Operand("fprop_x", "x", Scaling.ONE_D, -1, False, False),
-          Operand("fprop_w", "w", w_scaling, w_axis, False, False),
-          Operand("dgrad_dy", "dy", Scaling.ONE_D, -1, False, sr),
-          Operand("wgrad_x", "x", Scaling.ONE_D, 0, recipe.rht, False),
-          Operand("wgrad_dy", "dy", Scaling.ONE_D, 0, recipe.rht, sr))
 
 
 @jax.tree_util.register_dataclass
@@ -99,24 +77,11 @@ def encode(a: jax.Array, operand: Operand, *, rht_signs: np.ndarray = hadamard.R
   return Encoded(codes=codes(scaled), scales=scales, amax=amax, scaled=scaled)
 
 
-def _magnitude(codes: jax.Array) -> jax.Array:
-  return jnp.asarray(E2M1_MAGNITUDES)[(codes & 7).astype(jnp.int32)]
-
-
-def _neighbours(y: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-  """(lower, upper E2M1 magnitude around |y|, and the grid step there); equal where |y| is on the grid or >= 6."""
-  a = jnp.minimum(jnp.abs(y), E2M1_MAX)
-  step = e2m1_grid_step(a)
-  lower = jnp.floor(a / step) * step
-  upper = jnp.where(lower == a, lower, jnp.minimum(lower + step, E2M1_MAX))
-  return lower, upper, step
-
-
 def neighbours(codes: jax.Array, scaled: jax.Array) -> jax.Array:
   """Where each code is one of the two E2M1 neighbours of its scaled input, with the input's sign (0 either sign);
   NaN inputs count as fine (their rounding is the quantizer's documented NaN rule, not stochastic rounding)."""
-  lower, upper, _ = _neighbours(scaled)
-  magnitude = _magnitude(codes)
+  lower, upper, _ = e2m1_neighbours(scaled)
+  magnitude = e2m1_magnitudes(codes)
   negative = (codes >> 3) & 1
   sign_ok = (magnitude == 0) | (negative.astype(bool) == jnp.signbit(scaled))
   return jnp.isnan(scaled) | (((magnitude == lower) | (magnitude == upper)) & sign_ok)
@@ -125,7 +90,7 @@ def neighbours(codes: jax.Array, scaled: jax.Array) -> jax.Array:
 def sr_moments(scaled: jax.Array) -> tuple[jax.Array, jax.Array]:
   """(mean, variance) of TE's stochastic rounding of each scaled input: up with probability floor(256 f) / 256, f
   the input's fraction of the grid step it sits in (8 random bits: the rule is unbiased up to 1/256 of a step)."""
-  lower, upper, step = _neighbours(scaled)
+  lower, upper, step = e2m1_neighbours(scaled)
   fraction = jnp.where(upper > lower, (jnp.minimum(jnp.abs(scaled), E2M1_MAX) - lower) / step, 0.0)
   p_up = jnp.floor(fraction * (1 << RANDOM_BITS)) / (1 << RANDOM_BITS)
   mean = jnp.where(jnp.signbit(scaled), -1.0, 1.0) * (lower + p_up * (upper - lower))

@@ -1,40 +1,115 @@
 # Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
-"""NVFP4 format facts and the two saturating roundings every quantizer path shares.
+"""The block format (`BlockFormat`, its NVFP4 entry), E2M1 encoding and decoding, and the two saturating roundings
+every quantizer path shares.
 
-Every number here is a fact of the format or of TransformerEngine's kernels (docs/numerics.md#the-format, #quantize);
-no other module of the package writes one of them as a literal.
+Every number here is a fact of the format or of TransformerEngine's kernels (docs/numerics.md#the-format, #quantize),
+written once: the NVFP4 object holds the format's (block size, element grid, scale type and maximum), the module
+names below read them off it, and no other module of MaxText writes one of them as a literal.
 """
+
+import dataclasses
+import enum
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+
+class ScaleRule(str, enum.Enum):
+  """How a block's scale is made from the block's amax, the one step where block formats differ most.
+
+  RN_SATFINITE (NVFP4, TE's kernels): s = cvt.rn.satfinite(min(bamax * (S_enc * f32(1 / element_max)), FLT_MAX)) in
+  the scale dtype, round-to-nearest-even, saturating at scale_max, subnormals kept. A power-of-two rule (MX formats'
+  E8M0 scales, floor or ceil of log2) would be another member, with its own branch in `BlockFormat.round_scale`.
+  """
+
+  RN_SATFINITE = "rn.satfinite"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class BlockFormat:
+  """A block-scaled format: element grid, block size, block-scale type and rule, and the FP32 tensor scale.
+
+  Why one object: these numbers are one fact each, and the recipe (MaxText.nvfp4.gemm.GemmRecipe) carries the
+  format it quantizes to, so a new format or scaling variant is a new instance, not a parallel package. Frozen and
+  hashable (no arrays in its fields): it rides in the recipe, a static argument of jit and custom_vjp.
+  """
+
+  name: str
+  element_dtype: Any  # the storage dtype of an element (jnp.float4_e2m1fn)
+  element_magnitudes: tuple[float, ...]  # the non-negative element values, ascending, in code order (codes 0..7)
+  block_size: int  # elements per block along the block axis (1D: 1 x block_size; 2D: block_size x block_size tiles)
+  scale_dtype: Any  # the storage dtype of a block scale (jnp.float8_e4m3fn)
+  scale_max: np.floating  # the largest block scale, in the tensor scale's dtype; the rule saturates there
+  scale_rule: ScaleRule
+  tensor_scale_dtype: Any = np.float32  # the per-tensor scale S_enc = tensor_scale_range / amax
+
+  @property
+  def element_max(self) -> np.floating:
+    """The largest element magnitude, in the tensor scale's dtype."""
+    return self.tensor_scale_dtype(self.element_magnitudes[-1])
+
+  @property
+  def tensor_scale_range(self) -> np.floating:
+    """element_max * scale_max: the tensor scale maps the global amax onto the largest value a block scale times an
+    element can reach, so S_enc = range / amax and dequantization multiplies by amax / range."""
+    return self.tensor_scale_dtype(self.element_max * self.scale_max)
+
+  @property
+  def one_over_element_max(self) -> np.floating:
+    """1 / element_max rounded to the tensor scale's dtype. The kernels multiply by this constant instead of
+    dividing by element_max; (bamax / 6) * S_enc differs from bamax * (S_enc * f32(1/6)) in about 0.2% of blocks."""
+    return self.tensor_scale_dtype(1.0) / self.element_max
+
+  @property
+  def scale_min_normal(self) -> np.floating:
+    """The smallest normal block scale: a scale below it (or 0) has lost precision to the subnormal range."""
+    return self.tensor_scale_dtype(jnp.finfo(self.scale_dtype).smallest_normal)
+
+  def round_scale(self, v: jax.Array) -> jax.Array:
+    """float32 -> the scale dtype by `scale_rule` (callers pass non-negative, non-NaN values)."""
+    if self.scale_rule is ScaleRule.RN_SATFINITE:
+      # The clamp comes first because XLA's and ml_dtypes' conversion maps values above the format's largest
+      # rounding boundary to NaN (464 for E4M3; the kernels' cvt.rn.satfinite saturates).
+      return jnp.minimum(v, self.scale_max).astype(self.scale_dtype)
+    raise NotImplementedError(f"{self.name}: scale rule {self.scale_rule} has no implementation")
+
+
+#: NVFP4 (docs/numerics.md#the-format): E2M1 elements {0, 0.5, 1, 1.5, 2, 3, 4, 6} (6 = 0b0111 = 1.5 * 2**2), 16
+#: per block, one E4M3 (fn: no inf) scale per block, at most 448 (0b0_1111_110 = 1.75 * 2**8; 0b0_1111_111 is NaN),
+#: and an FP32 tensor scale S_enc = 6 * 448 / amax = 2688 / amax.
+NVFP4 = BlockFormat(name="nvfp4", element_dtype=jnp.float4_e2m1fn,
+                    element_magnitudes=(0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0), block_size=16,
+                    scale_dtype=jnp.float8_e4m3fn, scale_max=np.float32(448.0), scale_rule=ScaleRule.RN_SATFINITE)
+
+# The default format's facts by name, for the code that takes no recipe: the quantizer's kernels below are NVFP4's
+# (E2M1 elements, E4M3 scales). Each is read off NVFP4, never written again.
+
 #: Elements per scaling block, along the block axis (1D: 1x16; 2D: 16x16 tiles).
-BLOCK_SIZE = 16
+BLOCK_SIZE = NVFP4.block_size
 
-#: Largest FP4 E2M1 magnitude: 0b0111 = 1.5 * 2**2.
-E2M1_MAX = np.float32(6.0)
+#: Largest FP4 E2M1 magnitude (6).
+E2M1_MAX = NVFP4.element_max
 
-#: Largest FP8 E4M3 (fn: no inf) magnitude: 0b0_1111_110 = 1.75 * 2**8. 0b0_1111_111 is NaN.
-E4M3_MAX = np.float32(448.0)
+#: Largest FP8 E4M3 magnitude (448).
+E4M3_MAX = NVFP4.scale_max
 
-#: E2M1_MAX * E4M3_MAX = 2688: the tensor scale maps the global amax onto the largest value a block scale
-#: times an element can reach, so S_enc = 2688 / amax and dequantization multiplies by amax / 2688.
-TENSOR_SCALE_RANGE = np.float32(E2M1_MAX * E4M3_MAX)
+#: E2M1_MAX * E4M3_MAX = 2688 (BlockFormat.tensor_scale_range).
+TENSOR_SCALE_RANGE = NVFP4.tensor_scale_range
 
-#: 1/6 rounded to float32 (0x3E2AAAAB). The kernels multiply by this constant instead of dividing by 6;
-#: (bamax / 6) * S_enc differs from bamax * (S_enc * f32(1/6)) in about 0.2% of blocks.
-ONE_SIXTH = np.float32(1.0) / E2M1_MAX
+#: 1/6 rounded to float32 (0x3E2AAAAB; BlockFormat.one_over_element_max).
+ONE_SIXTH = NVFP4.one_over_element_max
 
 #: float32's largest finite value: the kernels clamp scale products with fminf(., FLT_MAX).
 FLT_MAX = np.float32(np.finfo(np.float32).max)
 
-#: The eight E2M1 magnitudes, {0, 0.5, 1, 1.5, 2, 3, 4, 6}.
-E2M1_MAGNITUDES = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0], np.float32)
+#: The eight E2M1 magnitudes, {0, 0.5, 1, 1.5, 2, 3, 4, 6}, indexed by code (sign bit clear).
+E2M1_MAGNITUDES = np.array(NVFP4.element_magnitudes, np.float32)
 
 #: Storage dtypes.
-E2M1 = jnp.float4_e2m1fn
-E4M3 = jnp.float8_e4m3fn
+E2M1 = NVFP4.element_dtype
+E4M3 = NVFP4.scale_dtype
 
 
 def next_multiple(value: int, multiple: int = BLOCK_SIZE) -> int:
@@ -53,12 +128,9 @@ def fmin_flt_max(v: jnp.ndarray) -> jnp.ndarray:
 
 
 def to_e4m3_satfinite(v: jnp.ndarray) -> jnp.ndarray:
-  """float32 -> float8_e4m3fn, round-to-nearest-even, saturating at 448, subnormals kept.
-
-  The clamp comes first because XLA's and ml_dtypes' conversion maps values above 464 to NaN (the
-  kernels' cvt.rn.satfinite saturates). Callers pass non-negative, non-NaN values.
-  """
-  return jnp.minimum(v, E4M3_MAX).astype(E4M3)
+  """float32 -> float8_e4m3fn, round-to-nearest-even, saturating at 448, subnormals kept: NVFP4's scale rule
+  (BlockFormat.round_scale). Callers pass non-negative, non-NaN values."""
+  return NVFP4.round_scale(v)
 
 
 def e2m1_grid_step(a: jnp.ndarray) -> jnp.ndarray:
@@ -81,6 +153,28 @@ def round_to_e2m1_grid(y: jnp.ndarray) -> jnp.ndarray:
   step = e2m1_grid_step(a)
   q = jnp.round(a / step) * step  # jnp.round: half to even
   return jnp.where(jnp.isnan(y), E2M1_MAX, jnp.copysign(q, y))
+
+
+def e2m1_neighbours(y: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray, jnp.ndarray]:
+  """(lower, upper E2M1 magnitude around |y|, and the grid step there), float32; equal where |y| is on the grid or
+  >= 6. lower is |y| rounded toward zero (clamped at 6): what stochastic rounding may round down to, and what a
+  truncating quantizer would give."""
+  a = jnp.minimum(jnp.abs(y), E2M1_MAX)
+  step = e2m1_grid_step(a)
+  lower = jnp.floor(a / step) * step
+  upper = jnp.where(lower == a, lower, jnp.minimum(lower + step, E2M1_MAX))
+  return lower, upper, step
+
+
+def e2m1_magnitudes(codes: jnp.ndarray) -> jnp.ndarray:
+  """The magnitude of each E2M1 bit pattern (uint8, sign in bit 3 ignored), float32: E2M1 decoding."""
+  return jnp.asarray(E2M1_MAGNITUDES)[(codes & 7).astype(jnp.int32)]
+
+
+def e2m1_values(codes: jnp.ndarray) -> jnp.ndarray:
+  """The value of each E2M1 bit pattern (uint8, sign in bit 3), float32; code 8 is -0."""
+  magnitude = e2m1_magnitudes(codes)
+  return jnp.where(((codes >> 3) & 1).astype(bool), -magnitude, magnitude)
 
 
 #: Rounding boundaries of the E2M1 magnitudes, in code order, with the side a tie goes to: a magnitude a gets

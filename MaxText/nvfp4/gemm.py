@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.ad_checkpoint import checkpoint_name
 
-from MaxText.nvfp4.formats import BLOCK_SIZE, TENSOR_SCALE_RANGE
+from MaxText.nvfp4.formats import NVFP4, BlockFormat
 from MaxText.nvfp4.quantize import Scaling, quantize_block_scaled
 
 #: checkpoint_name of every quantized tensor the backward pass keeps (maxtext's remat policies save it).
@@ -37,14 +37,26 @@ QUANTIZATION_NAME = "quantization"
 
 DimensionNumbers = tuple[tuple[tuple[int, ...], tuple[int, ...]], tuple[tuple[int, ...], tuple[int, ...]]]
 
+#: The plain GEMM x (rows, K) . w (K, N): x's last axis contracted with w's first, no batch dims. Every caller that
+#: multiplies two matrices (one expert's GEMM, the self-check's) passes these.
+MATMUL_DIMS: DimensionNumbers = (((1,), (0,)), ((), ()))
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class GemmRecipe:
-  """The switches of NVIDIA's recipe that a run may ablate; the defaults are the recipe (te_nvfp4)."""
+  """The block format and the switches of NVIDIA's recipe that a run may ablate; the defaults are the recipe
+  (te_nvfp4)."""
 
   rht: bool = True  # Random Hadamard Transform on the wgrad operands (te_nvfp4); False: te_nvfp4_no_rht.
   stochastic_rounding: bool = True  # SR on the output gradient dY (both copies); False: nearest-even.
   weight_2d: bool = True  # 16x16 weight tiles shared by fprop and dgrad; False: 1D blocks per GEMM.
+  format: BlockFormat = NVFP4  # the block format every operand is quantized to
+
+  def __post_init__(self) -> None:
+    # The quantizer's element rounding and scale rule are NVFP4's (quantize.py reads the NVFP4 object), so another
+    # format would be quantized as NVFP4 while the GEMM scaled it as itself: refused until the quantizer takes it.
+    if self.format != NVFP4:
+      raise NotImplementedError(f"GemmRecipe: format {self.format.name!r}: the quantizer implements {NVFP4.name} only.")
 
 
 @jax.tree_util.register_dataclass
@@ -69,7 +81,7 @@ def _quantized(
   return BlockScaled(values, amax)
 
 
-def _product(a: BlockScaled, b: BlockScaled, contracting: tuple[int, int]) -> jax.Array:
+def _product(a: BlockScaled, b: BlockScaled, contracting: tuple[int, int], fmt: BlockFormat) -> jax.Array:
   """a . b contracting axis contracting[0] of a with contracting[1] of b: f32 dot times alpha.
 
   alpha = amax_a/2688 * amax_b/2688. The operands are bf16 and exact, their products exact in f32, and the dot
@@ -78,7 +90,7 @@ def _product(a: BlockScaled, b: BlockScaled, contracting: tuple[int, int]) -> ja
   """
   dot = jax.lax.dot_general(a.values, b.values, (((contracting[0],), (contracting[1],)), ((), ())),
                             preferred_element_type=jnp.float32)
-  return dot * ((a.amax / TENSOR_SCALE_RANGE) * (b.amax / TENSOR_SCALE_RANGE))
+  return dot * ((a.amax / fmt.tensor_scale_range) * (b.amax / fmt.tensor_scale_range))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,7 +132,7 @@ def _fprop_nvfp4(x: jax.Array, wq_dgrad: BlockScaled, w: jax.Array, recipe: Gemm
   xq = _quantized(x, Scaling.ONE_D)  # (M, K) along K
   # 2D: the tiles serve both orientations, so the forward sees the same weight as dgrad.
   wq_fprop = wq_dgrad if recipe.weight_2d else _quantized(w, Scaling.ONE_D, axis=0)  # (K, N) along K
-  return _product(xq, wq_fprop, (1, 0)).astype(x.dtype)
+  return _product(xq, wq_fprop, (1, 0), recipe.format).astype(x.dtype)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,9 +164,9 @@ class Nvfp4Matmul:
     dy = dy.reshape(-1, wq_dgrad.values.shape[1])  # (M, N)
     key_dgrad, key_wgrad = jax.random.split(key) if self.recipe.stochastic_rounding else (None, None)
     dyq = _quantized(dy, Scaling.ONE_D, key=key_dgrad)  # (M, N) along N
-    dx = _product(dyq, wq_dgrad, (1, 1)).astype(dy.dtype)  # (M, N) . (K, N)^T
+    dx = _product(dyq, wq_dgrad, (1, 1), self.recipe.format).astype(dy.dtype)  # (M, N) . (K, N)^T
     dyq_t = _quantized(dy, Scaling.ONE_D, rht=self.recipe.rht, key=key_wgrad, axis=0)  # dY^T along M, in place
-    dw = _product(xq_wgrad, dyq_t, (0, 0)).astype(self.layout.w_dtype)  # (M, K)^T . (M, N)
+    dw = _product(xq_wgrad, dyq_t, (0, 0), self.recipe.format).astype(self.layout.w_dtype)  # (M, K)^T . (M, N)
     return self.layout.unmatrices(dx, dw)
 
 
@@ -177,7 +189,7 @@ _matmul.defvjp(_matmul_fwd, _matmul_bwd)
 
 
 def _check_dims(
-    lhs: jax.Array, rhs: jax.Array, dimension_numbers: DimensionNumbers
+    lhs: jax.Array, rhs: jax.Array, dimension_numbers: DimensionNumbers, block: int
 ) -> tuple[tuple[int, ...], tuple[int, ...], int]:
   """Normalized contracting dims and K, after checking M, K and N are multiples of the block."""
   (lhs_c, rhs_c), (lhs_b, rhs_b) = dimension_numbers
@@ -192,17 +204,18 @@ def _check_dims(
   m = lhs.size // max(k, 1)
   n = rhs.size // max(k, 1)
   for name, size in (("M (tokens: lhs free dims)", m), ("K (contracting)", k), ("N (rhs free dims)", n)):
-    if size % BLOCK_SIZE:
+    if size % block:
       raise ValueError(
           f"nvfp4_dot_general: lhs {lhs.shape} x rhs {rhs.shape} with contracting dims {lhs_c}/{rhs_c} gives "
-          f"{name} = {size}, not a multiple of {BLOCK_SIZE}: NVFP4 blocks every GEMM axis by {BLOCK_SIZE}."
+          f"{name} = {size}, not a multiple of {block}: NVFP4 blocks every GEMM axis by {block}."
       )
   return lhs_c, rhs_c, k
 
 
-def as_matrices(lhs: jax.Array, rhs: jax.Array, dimension_numbers: DimensionNumbers) -> tuple[jax.Array, jax.Array]:
+def as_matrices(lhs: jax.Array, rhs: jax.Array, dimension_numbers: DimensionNumbers,
+                fmt: BlockFormat = NVFP4) -> tuple[jax.Array, jax.Array]:
   """(x, w): lhs as the (M, K) and rhs as the (K, N) matrix that nvfp4_dot_general quantizes (after its checks)."""
-  lhs_c, rhs_c, k = _check_dims(lhs, rhs, dimension_numbers)
+  lhs_c, rhs_c, k = _check_dims(lhs, rhs, dimension_numbers, fmt.block_size)
   lhs_perm = tuple(d for d in range(lhs.ndim) if d not in lhs_c) + lhs_c
   rhs_perm = rhs_c + tuple(d for d in range(rhs.ndim) if d not in rhs_c)
   return jnp.transpose(lhs, lhs_perm).reshape(-1, k), jnp.transpose(rhs, rhs_perm).reshape(k, -1)
@@ -211,7 +224,7 @@ def as_matrices(lhs: jax.Array, rhs: jax.Array, dimension_numbers: DimensionNumb
 def nvfp4_matmul(lhs: jax.Array, rhs: jax.Array, dimension_numbers: DimensionNumbers,
                  recipe: GemmRecipe = GemmRecipe()) -> Nvfp4Matmul:
   """The NVFP4 GEMM of lhs . rhs as its VJP parts, after checking the dims (see nvfp4_dot_general)."""
-  lhs_c, rhs_c, k = _check_dims(lhs, rhs, dimension_numbers)
+  lhs_c, rhs_c, k = _check_dims(lhs, rhs, dimension_numbers, recipe.format.block_size)
   lhs_free = tuple(d for d in range(lhs.ndim) if d not in lhs_c)
   rhs_free = tuple(d for d in range(rhs.ndim) if d not in rhs_c)
   layout = _Layout(dimension_numbers=((lhs_c, rhs_c), ((), ())), lhs_shape=tuple(lhs.shape),

@@ -34,18 +34,15 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from MaxText.nvfp4.formats import BLOCK_SIZE, next_multiple
-from MaxText.nvfp4.gemm import GemmRecipe, nvfp4_dot_general
+from MaxText.nvfp4.formats import NVFP4, next_multiple
+from MaxText.nvfp4.gemm import MATMUL_DIMS, GemmRecipe, nvfp4_dot_general
 
 __all__ = ["ExpertGemm", "batched_expert_matmul", "grouped_matmul", "group_capacity"]
 
-#: x (rows, K) . w (K, N): contracting x's last axis with w's first, no batch dims (nvfp4_dot_general's form).
-_NN = (((1,), (0,)), ((), ()))
 
-
-def group_capacity(rows: int) -> int:
-  """Rows of each expert's slab: every row could go to one expert, rounded up to NVFP4's 16-row block."""
-  return next_multiple(rows, BLOCK_SIZE)
+def group_capacity(rows: int, block: int = NVFP4.block_size) -> int:
+  """Rows of each expert's slab: every row could go to one expert, rounded up to the format's block (16 rows)."""
+  return next_multiple(rows, block)
 
 
 def _expert_keys(key: jax.Array | None, experts: int) -> jax.Array | None:
@@ -59,7 +56,7 @@ ExpertGemm = Callable[[jax.Array, jax.Array, Any, Any], jax.Array]
 def _nvfp4_expert(recipe: GemmRecipe) -> ExpertGemm:
   def gemm(x_e, w_e, key_e, extra_e):
     del extra_e
-    return nvfp4_dot_general(x_e, w_e, _NN, key=key_e, recipe=recipe)
+    return nvfp4_dot_general(x_e, w_e, MATMUL_DIMS, key=key_e, recipe=recipe)
 
   return gemm
 
@@ -116,7 +113,7 @@ def grouped_matmul(x: jax.Array, w: jax.Array, group_sizes: jax.Array, *, key: j
   if group_sizes.shape != (experts,):
     raise ValueError(f"grouped_matmul: group_sizes has shape {group_sizes.shape}, expected ({experts},) for "
                      f"weights of shape {w.shape} (one group per expert matrix).")
-  capacity = group_capacity(rows)
+  capacity = group_capacity(rows, recipe.format.block_size)
   sizes = group_sizes.astype(jnp.int32)
   ends = jnp.cumsum(sizes)
   starts = ends - sizes

@@ -19,18 +19,19 @@ import jax.numpy as jnp
 import numpy as np
 
 from MaxText.nvfp4 import hadamard
-from MaxText.nvfp4.formats import TENSOR_SCALE_RANGE, round_to_e2m1_grid
+from MaxText.nvfp4.formats import NVFP4, TENSOR_SCALE_RANGE, round_to_e2m1_grid
 from MaxText.nvfp4.gemm import GemmRecipe
+from MaxText.nvfp4.operands import BACKWARD_ROWS, FORWARD_ROWS, GEMM_OPERANDS, gemm_operands
 from MaxText.nvfp4.quantize import Scaling, _blocked, _check_input, _encode
 
-__all__ = ["BACKWARD_ROWS", "FORWARD_ROWS", "GEMM_OPERANDS", "STAT_NAMES", "SUBNORMAL_SCALE",
+__all__ = ["STAT_NAMES", "SUBNORMAL_SCALE",
            "backward_operand_stats", "empty_gemm_stats", "forward_operand_stats", "quantization_stats"]
 
 #: The statistics, in the order `quantization_stats` returns them (and stacked arrays of them are laid out).
 STAT_NAMES = ("amax", "underflow", "rel_error", "subnormal_scales")
 
-#: Smallest normal E4M3 value: a block scale below it (or 0) has lost precision to the format's subnormal range.
-SUBNORMAL_SCALE = np.float32(2.0**-6)
+#: Smallest normal E4M3 value (2**-6): a block scale below it (or 0) has lost precision to the subnormal range.
+SUBNORMAL_SCALE = NVFP4.scale_min_normal
 
 
 def _fraction(hits: jax.Array, of: jax.Array) -> jax.Array:
@@ -87,30 +88,32 @@ def quantization_stats(
 
 
 # --- The operands of one GEMM -----------------------------------------------------------------------------------
-
-#: The operands an NVFP4 GEMM quantizes, as rows of its statistics array (docs/numerics.md#which-operand-gets-what):
-#: fprop x and W, the dgrad output gradient dY, and the wgrad x^T and dY^T (blocked along M, RHT where the recipe
-#: applies it).
-GEMM_OPERANDS = ("fprop_x", "fprop_w", "dgrad_dy", "wgrad_x", "wgrad_dy")
-FORWARD_ROWS = (0, 1, 3)  # known in the forward pass: x and W
-BACKWARD_ROWS = (2, 4)  # known in the backward pass: dY
+# Rows in the operand table's order (MaxText.nvfp4.operands; GEMM_OPERANDS, FORWARD_ROWS and BACKWARD_ROWS are
+# named here too for MaxText.backends.pipeline and MaxText.integration.telemetry, which take them with the stats).
 
 
 def _row(stats: dict[str, jax.Array]) -> jax.Array:
   return jnp.stack([stats[name] for name in STAT_NAMES])
 
 
+def _operand_rows(tensors: dict[str, jax.Array], recipe: GemmRecipe, rows: tuple[int, ...]) -> jax.Array:
+  """The statistics of the table's `rows` under `recipe`, each operand made from tensors[its source] as the GEMM
+  quantizes it (its scaling, block axis and RHT)."""
+  operands = gemm_operands(recipe)
+  return jnp.stack([_row(quantization_stats(tensors[o.source], scaling=o.scaling, rht=o.rht, axis=o.axis))
+                    for o in (operands[i] for i in rows)])
+
+
 def forward_operand_stats(x: jax.Array, w: jax.Array, recipe: GemmRecipe) -> jax.Array:
   """Rows fprop_x, fprop_w, wgrad_x (3 x len(STAT_NAMES)) for y = x . W, x (M, K), W (K, N), as the GEMM
   quantizes them: x 1D along K; W in 16x16 tiles (or 1D along K); x^T 1D along M with the recipe's RHT."""
-  w_stats = (quantization_stats(w, scaling="2d") if recipe.weight_2d else quantization_stats(w, axis=0))
-  return jnp.stack([_row(quantization_stats(x)), _row(w_stats), _row(quantization_stats(x, rht=recipe.rht, axis=0))])
+  return _operand_rows({"x": x, "w": w}, recipe, FORWARD_ROWS)
 
 
 def backward_operand_stats(dy: jax.Array, recipe: GemmRecipe) -> jax.Array:
   """Rows dgrad_dy, wgrad_dy (2 x len(STAT_NAMES)) for the output gradient dY (M, N): 1D along N; dY^T 1D along M
   with the recipe's RHT. Nearest rounding stands in for the recipe's stochastic rounding (module docstring)."""
-  return jnp.stack([_row(quantization_stats(dy)), _row(quantization_stats(dy, rht=recipe.rht, axis=0))])
+  return _operand_rows({"dy": dy}, recipe, BACKWARD_ROWS)
 
 
 def empty_gemm_stats() -> jax.Array:

@@ -26,14 +26,8 @@ import jax.numpy as jnp
 
 from MaxText.nvfp4 import audit
 from MaxText.nvfp4.gemm import GemmRecipe
-from MaxText.nvfp4.stats import (
-  BACKWARD_ROWS,
-  FORWARD_ROWS,
-  GEMM_OPERANDS,
-  STAT_NAMES,
-  backward_operand_stats,
-  forward_operand_stats,
-)
+from MaxText.nvfp4.operands import BACKWARD_ROWS, FORWARD_ROWS, GEMM_OPERANDS, Operand, gemm_operands
+from MaxText.nvfp4.stats import STAT_NAMES, backward_operand_stats, forward_operand_stats
 
 __all__ = ["AUDIT", "CALIBRATION", "ENTRY_POINT_GROUP", "STATISTICS", "TAPS", "BackendQuantizer", "ExpertReduction",
            "Measure", "Schedule", "Tap", "operand_rows"]
@@ -43,7 +37,7 @@ ENTRY_POINT_GROUP = "maxtext_nvfp4.taps"
 
 #: A backend's quantizer as the audit holds it against ours: (2-D tensor, operand) -> (codes, scales, amax) as bits
 #: in the operand's blocked orientation (MaxText.nvfp4.audit.Encoded's layout).
-BackendQuantizer = Callable[[jax.Array, audit.Operand], tuple[jax.Array, jax.Array, jax.Array]]
+BackendQuantizer = Callable[[jax.Array, Operand], tuple[jax.Array, jax.Array, jax.Array]]
 
 
 class Schedule(Protocol):
@@ -145,7 +139,7 @@ def _statistics(recipe: GemmRecipe, candidate: BackendQuantizer) -> Measure:
 def _auditing(recipe: GemmRecipe, candidate: BackendQuantizer) -> Measure:
   """Each operand the GEMM quantizes, quantized by the backend's `candidate` and by ours (MaxText.nvfp4.audit), the
   mismatches counted; rows in GEMM_OPERANDS order, as the statistics'."""
-  operands = audit.gemm_operands(recipe)
+  operands = gemm_operands(recipe)
 
   def rows(tensors: dict[str, jax.Array], rows: tuple[int, ...]) -> jax.Array:
     names = {GEMM_OPERANDS[i] for i in rows}

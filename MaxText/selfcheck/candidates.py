@@ -1,7 +1,7 @@
 # Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
 """The quantizer and GEMM under test, and the faults that prove the checks can fail.
 
-A candidate quantizes a 2-D bf16 tensor as one GEMM operand (MaxText.nvfp4.audit.Operand) into (codes, scales,
+A candidate quantizes a 2-D bf16 tensor as one GEMM operand (MaxText.nvfp4.operands.Operand) into (codes, scales,
 amax) as bits in the operand's blocked orientation, and runs the three GEMMs of y = x W (fprop, dgrad, wgrad) with
 stochastic rounding off. TransformerEngine's is the candidate on a Blackwell node (MaxText.backends.te_quantize); the
 emulator is the candidate anywhere else, where the checks then hold the emulator against itself and an independent
@@ -20,13 +20,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from MaxText.nvfp4 import audit, hadamard
-from MaxText.nvfp4.formats import E2M1_MAX, E4M3, E4M3_MAX, e2m1_codes, e2m1_grid_step, to_e4m3_satfinite
-from MaxText.nvfp4.gemm import GemmRecipe, nvfp4_dot_general
+from MaxText.nvfp4.formats import NVFP4, e2m1_codes, e2m1_neighbours, to_e4m3_satfinite
+from MaxText.nvfp4.gemm import MATMUL_DIMS, GemmRecipe, nvfp4_dot_general
+from MaxText.nvfp4.operands import Operand
 from MaxText.nvfp4.rounding import random_bits, stochastic_round_to_grid
 
 __all__ = ["FAULTS", "Candidate", "Emulator", "Fault", "TransformerEngine"]
-
-_NN = (((1,), (0,)), ((), ()))
 
 
 class Candidate(Protocol):
@@ -34,8 +33,7 @@ class Candidate(Protocol):
 
   name: str
 
-  def quantize(self, tensor: jax.Array, operand: audit.Operand, key: jax.Array) -> tuple[jax.Array, jax.Array,
-                                                                                         jax.Array]:
+  def quantize(self, tensor: jax.Array, operand: Operand, key: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     """(codes, scales, amax) of `tensor` as `operand`; `key` seeds a stochastic rounding draw."""
 
   def gemms(self, x: jax.Array, w: jax.Array, dy: jax.Array, recipe: GemmRecipe) -> tuple[jax.Array, ...]:
@@ -47,7 +45,7 @@ class Fault:
   """A known bug in one step of one operand's quantization."""
 
   name: str
-  operand: str  # the GEMM operand it corrupts (MaxText.nvfp4.stats.GEMM_OPERANDS)
+  operand: str  # the GEMM operand it corrupts (MaxText.nvfp4.operands.GEMM_OPERANDS)
   what: str
 
 
@@ -55,15 +53,14 @@ def _e4m3_up(v: jax.Array) -> jax.Array:
   """E4M3 rounded up instead of to nearest-even (the scale-round fault)."""
   nearest = to_e4m3_satfinite(v)
   bits = jax.lax.bitcast_convert_type(nearest, jnp.uint8)
-  up = jax.lax.bitcast_convert_type(bits + jnp.uint8(1), E4M3)
-  return jnp.where((nearest.astype(jnp.float32) < v) & (nearest.astype(jnp.float32) < E4M3_MAX), up, nearest)
+  up = jax.lax.bitcast_convert_type(bits + jnp.uint8(1), NVFP4.scale_dtype)
+  return jnp.where((nearest.astype(jnp.float32) < v) & (nearest.astype(jnp.float32) < NVFP4.scale_max), up, nearest)
 
 
 def _codes_toward_zero(y: jax.Array) -> jax.Array:
-  """E2M1 codes rounded toward zero instead of to nearest-even (the code-round fault)."""
-  a = jnp.minimum(jnp.abs(y), E2M1_MAX)
-  step = e2m1_grid_step(a)
-  return e2m1_codes(jnp.copysign(jnp.floor(a / step) * step, y))
+  """E2M1 codes rounded toward zero instead of to nearest-even (the code-round fault): the lower neighbour."""
+  lower, _, _ = e2m1_neighbours(y)
+  return e2m1_codes(jnp.copysign(lower, y))
 
 
 #: The faults `--with-fault` can inject, each into one operand's quantization.
@@ -83,12 +80,12 @@ _FLIPPED = hadamard.RHT_SIGNS * np.where(np.arange(len(hadamard.RHT_SIGNS)) == 5
 _SR_SHIFT = {"sr-bias": 16, "sr-bias-small": 4}
 
 
-def _amax_one_ulp_up(tensor: jax.Array, operand: audit.Operand) -> audit.Encoded:
+def _amax_one_ulp_up(tensor: jax.Array, operand: Operand) -> audit.Encoded:
   whole = audit.encode(tensor, operand).amax
   return audit.encode(tensor, operand, amax=jnp.nextafter(whole, jnp.float32(jnp.inf)))
 
 
-def _amax_of_first_half(tensor: jax.Array, operand: audit.Operand) -> audit.Encoded:
+def _amax_of_first_half(tensor: jax.Array, operand: Operand) -> audit.Encoded:
   shard = audit.encode(tensor[: tensor.shape[0] // 2], operand).amax
   return audit.encode(tensor, operand, amax=shard)
 
@@ -103,8 +100,7 @@ class Emulator:
   def name(self) -> str:
     return "emulator" + (f" with fault {self.fault.name}" if self.fault else "")
 
-  def quantize(self, tensor: jax.Array, operand: audit.Operand, key: jax.Array) -> tuple[jax.Array, jax.Array,
-                                                                                         jax.Array]:
+  def quantize(self, tensor: jax.Array, operand: Operand, key: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     faulty = self.fault is not None and self.fault.operand == operand.name
     if not faulty:
       return audit.emulated(tensor, operand, key)
@@ -124,7 +120,7 @@ class Emulator:
 
   def gemms(self, x: jax.Array, w: jax.Array, dy: jax.Array, recipe: GemmRecipe) -> tuple[jax.Array, ...]:
     recipe = dataclasses.replace(recipe, stochastic_rounding=False)
-    y, pullback = jax.vjp(lambda a, b: nvfp4_dot_general(a, b, _NN, key=None, recipe=recipe), x, w)
+    y, pullback = jax.vjp(lambda a, b: nvfp4_dot_general(a, b, MATMUL_DIMS, key=None, recipe=recipe), x, w)
     return (y, *pullback(dy))
 
 
@@ -136,8 +132,7 @@ class TransformerEngine:
   recipe: GemmRecipe
   name: str = "TransformerEngine"
 
-  def quantize(self, tensor: jax.Array, operand: audit.Operand, key: jax.Array) -> tuple[jax.Array, jax.Array,
-                                                                                         jax.Array]:
+  def quantize(self, tensor: jax.Array, operand: Operand, key: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     # pylint: disable-next=import-outside-toplevel  # TE's quantizers: only where this candidate is chosen
     from MaxText.backends import te_quantize
 

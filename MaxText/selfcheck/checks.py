@@ -27,12 +27,12 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import ml_dtypes
 import numpy as np
 
 from MaxText.nvfp4 import audit
-from MaxText.nvfp4.formats import E2M1_MAGNITUDES, TENSOR_SCALE_RANGE
+from MaxText.nvfp4.formats import BlockFormat, e2m1_values
 from MaxText.nvfp4.gemm import GemmRecipe
+from MaxText.nvfp4.operands import Operand, gemm_operands
 from MaxText.selfcheck import tensors
 from MaxText.selfcheck.candidates import Candidate
 
@@ -76,12 +76,12 @@ def _first(mask: np.ndarray) -> tuple[int, ...] | None:
 
 
 def _values(codes: np.ndarray) -> np.ndarray:
-  """The E2M1 values of codes (sign in bit 3)."""
-  magnitude = np.asarray(E2M1_MAGNITUDES)[codes & 7]
-  return np.where((codes >> 3) & 1, -magnitude, magnitude)
+  """The E2M1 values of codes (sign in bit 3) as a NumPy float32 array, so the float64 sums they enter stay float64
+  (a jax array would pull them down to float32)."""
+  return np.asarray(e2m1_values(codes))
 
 
-def _operand_result(operand: audit.Operand, cases: list[dict[str, Any]], draws: int) -> Result:
+def _operand_result(operand: Operand, cases: list[dict[str, Any]], draws: int) -> Result:
   """One operand's row from its cases (one per shape and distribution)."""
   codes = sum(c["codes"] for c in cases)
   scales = sum(c["scales"] for c in cases)
@@ -115,7 +115,7 @@ def quantization(candidate: Candidate, shapes: Sequence[Shape], recipe: GemmReci
   encode = jax.jit(audit.encode, static_argnums=1)
   rows = []
   draws_key = jax.random.key(seed)
-  for o, operand in enumerate(audit.gemm_operands(recipe)):
+  for o, operand in enumerate(gemm_operands(recipe)):
     cases = []
     for s, shape in enumerate(shapes):
       for d, distribution in enumerate(tensors.DISTRIBUTIONS):
@@ -129,7 +129,7 @@ def quantization(candidate: Candidate, shapes: Sequence[Shape], recipe: GemmReci
   return rows
 
 
-def _case(operand: audit.Operand, ours: audit.Encoded, quantize: Callable[[jax.Array], Any], draws: int, case: str,
+def _case(operand: Operand, ours: audit.Encoded, quantize: Callable[[jax.Array], Any], draws: int, case: str,
           key: jax.Array) -> dict[str, Any]:
   """Counts of one tensor's mismatches, the first one described, and for SR the summed deviation of the magnitudes
   from the rule's mean with its variance (their ratio over all of an operand's tensors is its z)."""
@@ -164,25 +164,26 @@ def _case(operand: audit.Operand, ours: audit.Encoded, quantize: Callable[[jax.A
   return found
 
 
-def _dequantized(encoded: audit.Encoded) -> np.ndarray:
+def _dequantized(encoded: audit.Encoded, fmt: BlockFormat) -> np.ndarray:
   """float64 values of an operand in its blocked orientation: e2m1 * e4m3 scale * amax / 2688."""
-  scale_values = np.asarray(encoded.scales).view(ml_dtypes.float8_e4m3fn).astype(np.float64)
-  per_element = np.repeat(scale_values, 16, axis=-1)
-  return _values(np.asarray(encoded.codes)) * per_element * (float(encoded.amax) / float(TENSOR_SCALE_RANGE))
+  scale_values = np.asarray(encoded.scales).view(fmt.scale_dtype).astype(np.float64)
+  per_element = np.repeat(scale_values, fmt.block_size, axis=-1)
+  return _values(np.asarray(encoded.codes)) * per_element * (float(encoded.amax) / float(fmt.tensor_scale_range))
 
 
 def gemms(candidate: Candidate, shapes: Sequence[Shape], recipe: GemmRecipe, seed: int = 0) -> list[Result]:
   """fprop, dgrad and wgrad of the candidate against float64 products of the dequantized operands (module
   docstring: the tolerance), stochastic rounding off, on the normal distribution at each shape."""
   recipe = dataclasses.replace(recipe, stochastic_rounding=False)
-  operands = {o.name: dataclasses.replace(o, stochastic=False) for o in audit.gemm_operands(recipe)}
+  operands = {o.name: dataclasses.replace(o, stochastic=False) for o in gemm_operands(recipe)}
   rows = []
   for shape in shapes:
     x = tensors.tensor(shape.of("x"), "normal", seed)
     w = tensors.tensor(shape.of("w"), "normal", seed + 1)
     dy = tensors.tensor(shape.of("dy"), "normal", seed + 2)
     got = jax.jit(lambda a, b, c: candidate.gemms(a, b, c, recipe))(x, w, dy)
-    q = {name: _dequantized(audit.encode({"x": x, "w": w, "dy": dy}[op.source], op)) for name, op in operands.items()}
+    q = {name: _dequantized(audit.encode({"x": x, "w": w, "dy": dy}[op.source], op), recipe.format)
+         for name, op in operands.items()}
     w_kn = q["fprop_w"] if recipe.weight_2d else q["fprop_w"].T  # a 1D W is blocked along K: (n, k) -> (k, n)
     references = {"fprop": (q["fprop_x"], w_kn, shape.k), "dgrad": (q["dgrad_dy"], w_kn.T, shape.n),
                   "wgrad": (q["wgrad_x"], q["wgrad_dy"].T, shape.m)}

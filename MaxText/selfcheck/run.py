@@ -14,8 +14,8 @@ import jax.numpy as jnp
 from MaxText.backends import environment
 from MaxText.integration.settings import settings_of
 from MaxText.integration.shapes import gemm_dims
-from MaxText.nvfp4 import audit
-from MaxText.nvfp4.gemm import GemmRecipe, nvfp4_dot_general
+from MaxText.nvfp4.gemm import MATMUL_DIMS, GemmRecipe, nvfp4_dot_general
+from MaxText.nvfp4.operands import gemm_operands
 from MaxText.precision.modes import Backend
 from MaxText.preflight import kernels as kernels_lib
 from MaxText.preflight import library
@@ -25,7 +25,6 @@ from MaxText.selfcheck.candidates import Candidate, Emulator, Fault, Transformer
 
 __all__ = ["BadInput", "compile_only", "on_this_node", "shapes_of"]
 
-_NN = (((1,), (0,)), ((), ()))
 #: Keys the self-check's configs get unless the run's overrides set them (maxtext wants both; nothing is written).
 _DEFAULTS = {"run_name": "selfcheck", "base_output_directory": "/tmp/maxtext-selfcheck"}
 
@@ -83,7 +82,7 @@ def _speed_gemms(candidate: Candidate, recipe: GemmRecipe, te_imports: bool) -> 
     nvfp4 = te_quantize.quantizer_set(recipe, key)
     gemms = {"nvfp4": lambda x, w: te_quantize.dense(x, w, nvfp4)}
   else:
-    gemms = {"nvfp4": lambda x, w: nvfp4_dot_general(x, w, _NN, key=key, recipe=recipe)}
+    gemms = {"nvfp4": lambda x, w: nvfp4_dot_general(x, w, MATMUL_DIMS, key=key, recipe=recipe)}
   if te_imports:
     # pylint: disable-next=import-outside-toplevel  # TE: only where it imports
     from transformer_engine.jax.quantize import QuantizerFactory, ScalingMode
@@ -152,7 +151,7 @@ def compile_only(config_path: str, overrides: Sequence[str], target: str, device
     for shape in shapes:
       spec = {s: jax.ShapeDtypeStruct(shape.of(s), jnp.bfloat16, sharding=on) for s in ("x", "w", "dy")}
       calls = collections.Counter()
-      for operand in audit.gemm_operands(settings.recipe):
+      for operand in gemm_operands(settings.recipe):
         compiled = jax.jit(lambda t, op=operand: candidate.quantize(t, op, jax.random.key(0))).lower(
             spec[operand.source]).compile()
         calls.update(k.kind for k in kernels_lib.kernels(compiled.as_text()) if k.te)

@@ -14,7 +14,8 @@ from MaxText.backends.emulated import Nvfp4DotGeneral
 from MaxText.backends.pipeline import OVERWRITE_COLLECTION as STATS_COLLECTION
 from MaxText.nvfp4 import audit
 from MaxText.nvfp4.gemm import GemmRecipe, as_matrices, nvfp4_dot_general
-from MaxText.nvfp4.stats import GEMM_OPERANDS, STAT_NAMES
+from MaxText.nvfp4.operands import GEMM_OPERANDS
+from MaxText.nvfp4.stats import STAT_NAMES
 from MaxText.precision.taps import AUDIT, STATISTICS
 from MaxText.selfcheck.candidates import FAULTS, Emulator
 from tests.helpers import settings

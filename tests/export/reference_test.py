@@ -38,7 +38,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from MaxText.nvfp4 import audit
+from MaxText.nvfp4 import operands
 from MaxText.nvfp4.formats import BLOCK_SIZE, E2M1_MAGNITUDES
 from MaxText.nvfp4.quantize import Nvfp4Tensor, Scaling, quantize, quantize_block_scaled
 from MaxText.selfcheck import candidates, tensors
@@ -224,9 +224,9 @@ def test_quantize_equals_tes_reference_quantizer_bit_for_bit(reference, mode):
 
 
 #: (mode, self-check fault, the audit operand that mode is, the field that must differ).
-_FAULTS = (("1d_rht_t", "rht-sign", audit.Operand("wgrad_x", "x", Scaling.ONE_D, 0, True, False), "codes"),
-           ("2d", "scale-round", audit.Operand("fprop_w", "w", Scaling.TWO_D, -1, False, False), "scale"),
-           ("1d", "code-round", audit.Operand("fprop_x", "x", Scaling.ONE_D, -1, False, False), "codes"))
+_FAULTS = (("1d_rht_t", "rht-sign", operands.Operand("wgrad_x", "x", Scaling.ONE_D, 0, True, False), "codes"),
+           ("2d", "scale-round", operands.Operand("fprop_w", "w", Scaling.TWO_D, -1, False, False), "scale"),
+           ("1d", "code-round", operands.Operand("fprop_x", "x", Scaling.ONE_D, -1, False, False), "codes"))
 
 
 @pytest.mark.parametrize(("mode", "fault", "operand", "field"), _FAULTS, ids=[f[1] for f in _FAULTS])

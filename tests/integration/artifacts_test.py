@@ -9,7 +9,8 @@ import pytest
 
 from MaxText.compare import quantstats
 from MaxText.integration import artifacts, telemetry
-from MaxText.nvfp4.stats import GEMM_OPERANDS, STAT_NAMES
+from MaxText.nvfp4.operands import GEMM_OPERANDS
+from MaxText.nvfp4.stats import STAT_NAMES
 from MaxText.precision.keys import PluginKeys
 from MaxText.precision.switches import Switches
 from tests.helpers import settings

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from MaxText.integration import telemetry
-from MaxText.nvfp4.stats import GEMM_OPERANDS, STAT_NAMES
+from MaxText.nvfp4.operands import GEMM_OPERANDS
+from MaxText.nvfp4.stats import STAT_NAMES
 from MaxText.precision.switches import Switches
 from MaxText.precision.taps import STATISTICS
 from tests.helpers import TINY_YML, load_config, read_losses, settings, train_cli

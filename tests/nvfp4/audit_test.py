@@ -10,11 +10,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from MaxText.nvfp4 import audit
+from MaxText.nvfp4 import audit, operands
 from MaxText.nvfp4.formats import e2m1_codes
 from MaxText.nvfp4.gemm import GemmRecipe
 
-_OPERANDS = {o.name: o for o in audit.gemm_operands(GemmRecipe())}
+_OPERANDS = {o.name: o for o in operands.gemm_operands(GemmRecipe())}
 
 
 def _codes(values: list[float]) -> jax.Array:

@@ -1,12 +1,16 @@
 # Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
 """Format constants and the two saturating casts: exact tables, ties to even, saturation, signed zero."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
+import ml_dtypes
 import numpy as np
 import pytest
 
 from MaxText.nvfp4 import formats
+from MaxText.nvfp4.gemm import GemmRecipe
 
 
 def test_constants():
@@ -14,6 +18,45 @@ def test_constants():
   assert formats.TENSOR_SCALE_RANGE == 2688
   assert np.float32(formats.ONE_SIXTH).view(np.uint32) == 0x3E2AAAAB
   assert float(jnp.asarray(formats.E2M1_MAGNITUDES).astype(formats.E2M1).astype(jnp.float32)[-1]) == 6.0
+
+
+def test_the_nvfp4_object_agrees_with_its_dtypes():
+  """The literals written once in NVFP4 are the storage dtypes' own facts (ml_dtypes), and its derived values are
+  the float32 constants the kernels use."""
+  fmt = formats.NVFP4
+  codes = np.arange(8, dtype=np.uint8).view(ml_dtypes.float4_e2m1fn).astype(np.float32)
+  np.testing.assert_array_equal(np.array(fmt.element_magnitudes, np.float32), codes)
+  assert fmt.element_max == jnp.finfo(fmt.element_dtype).max and fmt.scale_max == jnp.finfo(fmt.scale_dtype).max
+  assert fmt.tensor_scale_range == np.float32(2688) and fmt.tensor_scale_range.dtype == np.float32
+  assert fmt.scale_min_normal == np.float32(2.0**-6) and fmt.block_size == 16
+  assert formats.E4M3_MAX is fmt.scale_max and formats.BLOCK_SIZE == fmt.block_size
+
+
+def test_the_recipe_carries_the_format_and_refuses_one_the_quantizer_lacks():
+  assert GemmRecipe().format is formats.NVFP4
+  assert hash(GemmRecipe()) == hash(GemmRecipe(rht=True)) and GemmRecipe() == GemmRecipe(format=formats.NVFP4)
+  with pytest.raises(NotImplementedError, match="nvfp4 only"):
+    GemmRecipe(format=dataclasses.replace(formats.NVFP4, name="blocks_of_32", block_size=32))
+
+
+def test_e2m1_values_decode_every_code_as_the_float4_dtype_does():
+  codes = np.arange(16, dtype=np.uint8)
+  want = codes.view(ml_dtypes.float4_e2m1fn).astype(np.float32)
+  got = np.asarray(jax.jit(formats.e2m1_values)(codes))
+  np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))  # code 8 is -0
+  np.testing.assert_array_equal(np.asarray(formats.e2m1_magnitudes(codes)), np.abs(want))
+
+
+def test_e2m1_neighbours_bracket_the_input_on_the_grid():
+  y = np.concatenate([np.linspace(-7, 7, 2801), np.arange(-14, 15) / 4, [1e-3, -1e-3]]).astype(np.float32)
+  lower, upper, step = (np.asarray(a) for a in formats.e2m1_neighbours(jnp.asarray(y)))
+  a = np.minimum(np.abs(y), 6)
+  assert np.all(np.isin(lower, formats.E2M1_MAGNITUDES)) and np.all(np.isin(upper, formats.E2M1_MAGNITUDES))
+  assert np.all((lower <= a) & (a <= upper)) and np.all((upper - lower == step) | (upper == lower))
+  np.testing.assert_array_equal(lower == upper, np.isin(a, formats.E2M1_MAGNITUDES))
+  # lower is the largest grid value not above |y|: rounding toward zero.
+  want = formats.E2M1_MAGNITUDES[np.searchsorted(formats.E2M1_MAGNITUDES, a, side="right") - 1]
+  np.testing.assert_array_equal(lower, want)
 
 
 @pytest.mark.parametrize("value,want", [

@@ -137,7 +137,7 @@ def test_a_comparison_replaces_the_run_s_own_setting_of_its_keys_and_switches_th
   fp8 = programs.COMPARISONS["fp8"]
   run = ["quantization=te_nvfp4", "steps=5", "nvfp4_audit_interval=100"]
   assert programs.overrides_for(run, fp8) == ["steps=5", "quantization=fp8", "nvfp4_stats_interval=0",
-                                              "nvfp4_audit_interval=0"]
+                                              "nvfp4_audit_interval=0", "nvfp4_calibration_interval=0"]
   assert programs.COMPARISONS["nvfp4_all"].upstream and not fp8.upstream
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import jax
 import pytest
 
-from MaxText.nvfp4 import audit
+from MaxText.nvfp4 import audit, operands
 from MaxText.nvfp4.gemm import GemmRecipe
 from MaxText.selfcheck import checks, tensors
 from MaxText.selfcheck.candidates import FAULTS, Emulator
@@ -61,7 +61,7 @@ def test_the_audit_takes_a_shard_amax_and_flags_one_above_the_whole(name, amax_f
   """The in-training audit (audit.audited) on a fault's operands: a per-shard amax, honest under GSPMD, is no
   mismatch there (the self-check, unsharded, fails it); an amax above the whole tensor's is."""
   fault = FAULTS[name]
-  operand = next(o for o in audit.gemm_operands(GemmRecipe()) if o.name == fault.operand)
+  operand = next(o for o in operands.gemm_operands(GemmRecipe()) if o.name == fault.operand)
   x = tensors.tensor(_SHAPES[0].of(operand.source), "normal", 0)
   codes, scales, amax = Emulator(fault).quantize(x, operand, jax.random.key(0))
   assert float(amax) != float(audit.encode(x, operand).amax)  # the fault's amax is not the whole tensor's
