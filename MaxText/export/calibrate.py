@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import pathlib
-import re
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -30,8 +29,6 @@ from MaxText.precision.policy import Precision
 from MaxText.precision.taps import CALIBRATION, TAPS
 
 __all__ = ["Calibration", "calibrate", "gemm_path", "read_input_amax"]
-
-_METRIC = re.compile(rf"^{re.escape(CALIBRATION.prefix)}layer_(?P<layer>\d+)/(?P<gemm>.+)/fprop_x/amax$")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,9 +64,9 @@ def read_input_amax(metrics_file: pathlib.Path) -> dict[tuple[int, str], float]:
   found: dict[tuple[int, str], float] = {}
   for line in metrics_file.read_text(encoding="utf-8").splitlines():
     for name, value in (json.loads(line).items() if line.strip() else ()):
-      if (m := _METRIC.match(name)) is not None:
-        at = (int(m["layer"]), m["gemm"])
-        found[at] = max(found.get(at, 0.0), float(value))
+      parts = CALIBRATION.parse(name)
+      if parts is not None and parts[2:] == ("fprop_x", "amax"):
+        found[parts[:2]] = max(found.get(parts[:2], 0.0), float(value))
   return found
 
 
@@ -102,8 +99,8 @@ def calibrate(config: Any, config_path: str, overrides: Sequence[str], checkpoin
   if run.returncode != 0:
     tail = " ".join(run.stderr.strip().splitlines()[-1:])[:300]
     raise ExportError(f"the calibration run (MaxText.train resuming step {step_dir.name} for {steps} steps at "
-                      f"learning_rate=0) failed with exit "
-                      f"status {run.returncode}: {tail}")
+                      f"learning_rate=0) failed with exit status "
+                      f"{run.returncode}: {tail}")
   amax = read_input_amax(metrics)
   if not amax:
     raise ExportError(f"the calibration run wrote no {CALIBRATION.prefix} metrics to {metrics}")

@@ -10,7 +10,6 @@ the reader's to handle (compare does without it and says so).
 
 from __future__ import annotations
 
-import re
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -87,7 +86,6 @@ class RunRecord(PluginKeys):
 
 #: Every per-GEMM statistic's metric name starts with it (the statistics tap's prefix, MaxText.precision.taps).
 STATS_PREFIX = STATISTICS.prefix
-_STAT_RE = re.compile(r"^nvfp4/layer_(?P<layer>-?\d+)/(?P<gemm>.+)/(?P<operand>[a-z_]+)/(?P<stat>[a-z_]+)$")
 
 
 class StatName(_Model):
@@ -116,6 +114,5 @@ def audit_name(layer: int, gemm: str, operand: str, column: str) -> str:
 
 def parse_stat_name(name: str) -> StatName | None:
   """The parts of a statistic's metric name, or None for any other metric."""
-  match = _STAT_RE.match(name)
-  return None if match is None else StatName(layer=int(match["layer"]), gemm=match["gemm"],
-                                               operand=match["operand"], stat=match["stat"])
+  parts = STATISTICS.parse(name)
+  return None if parts is None else StatName(layer=parts[0], gemm=parts[1], operand=parts[2], stat=parts[3])

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import importlib.metadata
+import re
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -107,6 +108,11 @@ class Tap:
   def metric(self, layer: int, gemm: str, operand: str, column: str) -> str:
     """The metric name of one cell: `<prefix>layer_03/mlp/wo/wgrad_dy/<column>`."""
     return f"{self.prefix}layer_{layer:02d}/{gemm}/{operand}/{column}"
+
+  def parse(self, metric: str) -> tuple[int, str, str, str] | None:
+    """(layer, gemm, operand, column) of one of this tap's metric names (`metric` inverted), None for any other."""
+    found = re.match(rf"^{re.escape(self.prefix)}layer_(-?\d+)/(.+)/([a-z_]+)/([a-z_]+)$", metric)
+    return None if found is None else (int(found[1]), found[2], found[3], found[4])
 
   def owns(self, metric: str) -> bool:
     """Whether a written metric is one of this tap's (its prefix, then a layer)."""
