@@ -24,7 +24,15 @@ import jax.numpy as jnp
 import numpy as np
 
 from MaxText.nvfp4 import hadamard
-from MaxText.nvfp4.formats import BLOCK_SIZE, E2M1_MAX, e2m1_codes, e2m1_magnitudes, e2m1_neighbours, to_e4m3_satfinite
+from MaxText.nvfp4.formats import (
+  BLOCK_SIZE,
+  E2M1_MAX,
+  e2m1_codes,
+  e2m1_grid_inverse_step,
+  e2m1_magnitudes,
+  e2m1_neighbours,
+  to_e4m3_satfinite,
+)
 from MaxText.nvfp4.operands import Operand
 from MaxText.nvfp4.quantize import Scaling, _encode
 from MaxText.nvfp4.rounding import RANDOM_BITS, random_bits, stochastic_round_to_grid
@@ -90,9 +98,10 @@ def neighbours(codes: jax.Array, scaled: jax.Array) -> jax.Array:
 def sr_moments(scaled: jax.Array) -> tuple[jax.Array, jax.Array]:
   """(mean, variance) of TE's stochastic rounding of each scaled input: up with probability floor(256 f) / 256, f
   the input's fraction of the grid step it sits in (8 random bits: the rule is unbiased up to 1/256 of a step)."""
-  lower, upper, step = e2m1_neighbours(scaled)
-  fraction = jnp.where(upper > lower, (jnp.minimum(jnp.abs(scaled), E2M1_MAX) - lower) / step, 0.0)
-  p_up = jnp.floor(fraction * (1 << RANDOM_BITS)) / (1 << RANDOM_BITS)
+  lower, upper, _ = e2m1_neighbours(scaled)  # the step's exact inverse multiplies below: no division
+  a = jnp.minimum(jnp.abs(scaled), E2M1_MAX)
+  fraction = jnp.where(upper > lower, (a - lower) * e2m1_grid_inverse_step(a), 0.0)
+  p_up = jnp.floor(fraction * (1 << RANDOM_BITS)) * np.float32(1.0 / (1 << RANDOM_BITS))
   mean = jnp.where(jnp.signbit(scaled), -1.0, 1.0) * (lower + p_up * (upper - lower))
   return mean, jnp.square(upper - lower) * p_up * (1.0 - p_up)
 

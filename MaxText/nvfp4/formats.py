@@ -71,8 +71,9 @@ class BlockFormat:
     """float32 -> the scale dtype by `scale_rule` (callers pass non-negative, non-NaN values)."""
     if self.scale_rule is ScaleRule.RN_SATFINITE:
       # The clamp comes first because XLA's and ml_dtypes' conversion maps values above the format's largest
-      # rounding boundary to NaN (464 for E4M3; the kernels' cvt.rn.satfinite saturates).
-      return jnp.minimum(v, self.scale_max).astype(self.scale_dtype)
+      # rounding boundary to NaN (464 for E4M3; the kernels' cvt.rn.satfinite saturates). The rounding is
+      # explicit (round_to): consumers widen the scale again, and XLA's GPU compiler drops a narrow-and-widen pair.
+      return round_to(jnp.minimum(v, self.scale_max), self.scale_dtype).astype(self.scale_dtype)
     raise NotImplementedError(f"{self.name}: scale rule {self.scale_rule} has no implementation")
 
 
@@ -127,6 +128,90 @@ def fmin_flt_max(v: jnp.ndarray) -> jnp.ndarray:
   return jnp.where(jnp.isnan(v), FLT_MAX, jnp.minimum(v, FLT_MAX))
 
 
+def round_to(v: jnp.ndarray, dtype: Any) -> jnp.ndarray:
+  """float32 `v` rounded to the nearest value of the narrower float `dtype` (ties to even, subnormals kept), as
+  float32: what `v.astype(dtype).astype(jnp.float32)` means, for finite values within dtype's range (callers clamp).
+
+  Why not that pair of casts: XLA's GPU compiler removes a narrowing cast followed by the widening one (its
+  xla_allow_excess_precision, on by default), so on a GPU the value keeps float32's precision: block scales that
+  are no E4M3 values, and bf16 operands with float32 bits. XLA:CPU keeps the pair, so no CPU run shows it
+  (docs/numerics.md#on-a-gpu). A reduce-precision op is kept by every backend; it flushes the format's subnormals
+  to zero, so those are rounded here on their uniform grid (a power-of-two step: exact in float32).
+  """
+  info = jnp.finfo(dtype)
+  if info.nexp >= 8:  # bfloat16: float32's exponent range, one reduce-precision is the whole rounding
+    return jax.lax.reduce_precision(v, int(info.nexp), int(info.nmant))
+  # One more exponent bit: E4M3 and E2M1 (fn: no infinity) use the top exponent for finite values.
+  normal = jax.lax.reduce_precision(v, int(info.nexp) + 1, int(info.nmant))
+  step = np.float32(info.smallest_subnormal)
+  subnormal = jnp.round(v * (np.float32(1.0) / step)) * step
+  return jnp.where(jnp.abs(v) < np.float32(info.smallest_normal), subnormal, normal)
+
+
+@jax.jit
+def divide(a: jnp.ndarray, b: jnp.ndarray) -> jnp.ndarray:
+  """a / b in float32, correctly rounded (IEEE round-to-nearest-even) on every backend.
+
+  Why not `a / b`: XLA's GPU compiler emits a fast division that can miss the correctly rounded quotient by an ulp,
+  where TE's kernels divide exactly; one ulp in S_enc or in a block's encode scale moves E4M3 scales and E2M1 ties
+  (docs/numerics.md#on-a-gpu). XLA:CPU divides exactly, so there `a / b` is kept (no cost to the CPU emulation);
+  elsewhere `_divide_exactly` runs.
+  """
+  a, b = jnp.broadcast_arrays(jnp.asarray(a, jnp.float32), jnp.asarray(b, jnp.float32))
+  return jax.lax.platform_dependent(a, b, cpu=jnp.divide, default=_divide_exactly)
+
+
+def _divide_exactly(a: jnp.ndarray, b: jnp.ndarray) -> jnp.ndarray:
+  """a / b correctly rounded whatever the division instruction: the float quotient of the two 24-bit significands
+  (each exact in float32) is only an estimate Q0 of the result's significand Q, within three units for a division
+  two ulps off; Q is the candidate Q0 + d (|d| <= 3) whose remainder A * 2**k - Q * B is at most B / 2 (ties to
+  even), computed exactly in integers (12-bit limbs). Zero, infinite, NaN or subnormal operands, and quotients
+  outside float32's normal range (an amax below 3e-35), take `a / b`."""
+  a, b = jnp.broadcast_arrays(jnp.asarray(a, jnp.float32), jnp.asarray(b, jnp.float32))
+  abits = jax.lax.bitcast_convert_type(a, jnp.uint32)
+  bbits = jax.lax.bitcast_convert_type(b, jnp.uint32)
+  ea = ((abits >> 23) & 0xFF).astype(jnp.int32)
+  eb = ((bbits >> 23) & 0xFF).astype(jnp.int32)
+  ma = ((abits & np.uint32(0x7FFFFF)) | np.uint32(0x800000)).astype(jnp.int32)  # A, B in [2**23, 2**24)
+  mb = ((bbits & np.uint32(0x7FFFFF)) | np.uint32(0x800000)).astype(jnp.int32)
+  below = ma < mb  # A / B in (0.5, 1): the significand takes one more bit, the exponent one less
+  exponent = ea - eb + 127 - below.astype(jnp.int32)  # the quotient's biased exponent
+  k = jnp.where(below, 24, 23)  # Q = RN(A * 2**k / B) lies in [2**23, 2**24]
+  estimate = ma.astype(jnp.float32) / mb.astype(jnp.float32) * jnp.where(below, np.float32(2.0**24), np.float32(2.0**23))
+  q0 = jnp.round(estimate).astype(jnp.int32)
+  # A * 2**k in base 2**24 (two limbs; the high one is A >> (24 - k)), and each candidate Q * B likewise, from 12-bit
+  # halves whose products are below 2**24: the difference of the two is small (|d| <= 3 B), so int32 holds it.
+  a_hi = ma >> (24 - k)
+  a_lo = (ma << k) & 0xFFFFFF
+  bh, bl = mb >> 12, mb & 0xFFF
+  best = q0
+  for d in (-3, -2, -1, 0, 1, 2, 3):
+    q = q0 + d
+    qh, ql = q >> 12, q & 0xFFF
+    mid = qh * bl + ql * bh
+    lo = ql * bl + ((mid & 0xFFF) << 12)
+    hi = qh * bh + (mid >> 12) + (lo >> 24)
+    lo = lo & 0xFFFFFF
+    rem = (a_hi - hi) * (1 << 24) + (a_lo - lo)  # A * 2**k - Q * B, exactly
+    twice = 2 * rem
+    nearest = (twice < mb) & (twice > -mb)
+    tie = ((twice == mb) | (twice == -mb)) & ((q & 1) == 0)
+    best = jnp.where(nearest | tie, q, best)
+  # Q == 2**24 (a carry) is the next binade's 2**23: adding it to the exponent field does exactly that.
+  bits = (exponent.astype(jnp.uint32) << 23) + (best.astype(jnp.uint32) - np.uint32(0x800000))
+  bits = bits | ((abits ^ bbits) & np.uint32(0x80000000))
+  regular = (ea > 0) & (ea < 255) & (eb > 0) & (eb < 255) & (exponent >= 1) & (exponent <= 253)
+  return jnp.where(regular, jax.lax.bitcast_convert_type(bits, jnp.float32), a / b)
+
+
+def widen(x: jnp.ndarray) -> jnp.ndarray:
+  """x as float32, its own dtype's rounding kept explicit (round_to): the input a kernel reads is a real bf16
+  tensor, while XLA's GPU compiler would hand a float32 producer's unrounded values through a cast to bf16 and
+  back."""
+  x32 = x.astype(jnp.float32)
+  return x32 if x.dtype == jnp.float32 else round_to(x32, x.dtype)
+
+
 def to_e4m3_satfinite(v: jnp.ndarray) -> jnp.ndarray:
   """float32 -> float8_e4m3fn, round-to-nearest-even, saturating at 448, subnormals kept: NVFP4's scale rule
   (BlockFormat.round_scale). Callers pass non-negative, non-NaN values."""
@@ -136,6 +221,12 @@ def to_e4m3_satfinite(v: jnp.ndarray) -> jnp.ndarray:
 def e2m1_grid_step(a: jnp.ndarray) -> jnp.ndarray:
   """Spacing of the E2M1 grid at magnitude a: 0.5 below 2, 1 in [2, 4), 2 from 4 on (float32)."""
   return jnp.where(a >= 4.0, np.float32(2.0), jnp.where(a >= 2.0, np.float32(1.0), np.float32(0.5)))
+
+
+def e2m1_grid_inverse_step(a: jnp.ndarray) -> jnp.ndarray:
+  """1 / e2m1_grid_step(a), exact: dividing by the step is a multiply, never a division (a GPU's fast division is
+  not always exact, see `divide`)."""
+  return jnp.where(a >= 4.0, np.float32(0.5), jnp.where(a >= 2.0, np.float32(1.0), np.float32(2.0)))
 
 
 def round_to_e2m1_grid(y: jnp.ndarray) -> jnp.ndarray:
@@ -151,7 +242,7 @@ def round_to_e2m1_grid(y: jnp.ndarray) -> jnp.ndarray:
   """
   a = jnp.minimum(jnp.abs(y), E2M1_MAX)
   step = e2m1_grid_step(a)
-  q = jnp.round(a / step) * step  # jnp.round: half to even
+  q = jnp.round(a * e2m1_grid_inverse_step(a)) * step  # jnp.round: half to even
   return jnp.where(jnp.isnan(y), E2M1_MAX, jnp.copysign(q, y))
 
 
@@ -161,7 +252,7 @@ def e2m1_neighbours(y: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray, jnp.ndarr
   truncating quantizer would give."""
   a = jnp.minimum(jnp.abs(y), E2M1_MAX)
   step = e2m1_grid_step(a)
-  lower = jnp.floor(a / step) * step
+  lower = jnp.floor(a * e2m1_grid_inverse_step(a)) * step
   upper = jnp.where(lower == a, lower, jnp.minimum(lower + step, E2M1_MAX))
   return lower, upper, step
 

@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.ad_checkpoint import checkpoint_name
 
-from MaxText.nvfp4.formats import NVFP4, BlockFormat
+from MaxText.nvfp4.formats import NVFP4, BlockFormat, divide
 from MaxText.nvfp4.quantize import Scaling, quantize_block_scaled
 
 #: checkpoint_name of every quantized tensor the backward pass keeps (maxtext's remat policies save it).
@@ -90,7 +90,7 @@ def _product(a: BlockScaled, b: BlockScaled, contracting: tuple[int, int], fmt: 
   """
   dot = jax.lax.dot_general(a.values, b.values, (((contracting[0],), (contracting[1],)), ((), ())),
                             preferred_element_type=jnp.float32)
-  return dot * ((a.amax / fmt.tensor_scale_range) * (b.amax / fmt.tensor_scale_range))
+  return dot * (divide(a.amax, fmt.tensor_scale_range) * divide(b.amax, fmt.tensor_scale_range))
 
 
 @dataclasses.dataclass(frozen=True)

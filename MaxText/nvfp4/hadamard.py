@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.linalg
 
+from MaxText.nvfp4 import formats
 from MaxText.nvfp4.formats import BLOCK_SIZE
 
 #: TE's fixed random signs (not re-drawn per step, shared by all layers).
@@ -71,7 +72,8 @@ def rht(x: jax.Array, axis: int = -1, signs: np.ndarray = RHT_SIGNS) -> jax.Arra
   y = _apply_runs(x, rht_matrix(signs), axis)
   # An exact-zero sum is +0 in TE's MMA (its accumulator starts at +0 and +0 + -0 = +0), whatever the
   # signs of the zero terms.
-  return jnp.where(y == 0, np.float32(0.0), y).astype(jnp.bfloat16)
+  # The bf16 rounding is explicit (formats.round_to): XLA's GPU compiler would drop it where the result is widened.
+  return formats.round_to(jnp.where(y == 0, np.float32(0.0), y), jnp.bfloat16).astype(jnp.bfloat16)
 
 
 def inverse_rht(y: jax.Array) -> jax.Array:

@@ -39,11 +39,13 @@ from MaxText.nvfp4.formats import (
   FLT_MAX,
   ONE_SIXTH,
   TENSOR_SCALE_RANGE,
+  divide,
   e2m1_codes,
   fmin_flt_max,
   pack_e2m1,
   round_to_e2m1_grid,
   to_e4m3_satfinite,
+  widen,
 )
 
 _ACCEPTED_DTYPES = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16), jnp.dtype(jnp.float32))
@@ -149,9 +151,9 @@ def block_amax(blocks: jax.Array, axes: tuple[int, ...]) -> jax.Array:
 
 def tensor_scales(amax: jax.Array) -> tuple[jax.Array, jax.Array]:
   """(S_enc, S_dec) from the global amax, in the kernels' order: true divisions, FLT_MAX clamp, 0 -> 1."""
-  s_enc = jnp.minimum(TENSOR_SCALE_RANGE / amax, FLT_MAX)
+  s_enc = jnp.minimum(divide(TENSOR_SCALE_RANGE, amax), FLT_MAX)
   s_enc = jnp.where((amax == 0) | (s_enc == 0), np.float32(1.0), s_enc)
-  return s_enc, np.float32(1.0) / s_enc
+  return s_enc, divide(np.float32(1.0), s_enc)
 
 
 def _blocked(x: jax.Array, scaling: Scaling, axis: int) -> tuple[jax.Array, tuple[int, ...]]:
@@ -174,7 +176,7 @@ def _scale_elements(x: jax.Array, enc: jax.Array) -> jax.Array:
   (f32(m) * (enc * 2**-64)) * 2**-85 rounds once and then scales exactly whenever the result is normal, and
   a result below the normal range is 0 in E2M1 either way. enc >= 2**-62 whenever that matters.
   """
-  x32 = x.astype(jnp.float32)
+  x32 = widen(x)
   bits = jax.lax.bitcast_convert_type(x32, jnp.uint32)
   mantissa = bits & np.uint32(0x007FFFFF)
   subnormal = (bits & np.uint32(0x7F800000)) == 0
@@ -239,7 +241,7 @@ def _encode(
   amax = global_amax(x, bamax) if amax is None else amax
   s_enc, s_dec = tensor_scales(amax)
   s8 = to_e4m3(fmin_flt_max(bamax * (s_enc * ONE_SIXTH)))
-  enc = fmin_flt_max(np.float32(1.0) / (s8.astype(jnp.float32) * s_dec))  # s8 == 0 -> FLT_MAX
+  enc = fmin_flt_max(divide(np.float32(1.0), s8.astype(jnp.float32) * s_dec))  # s8 == 0 -> FLT_MAX
   return _scale_elements(blocks, enc), s8, bamax, amax
 
 
@@ -295,7 +297,7 @@ def dequantize(t: Nvfp4Tensor, dtype: jnp.dtype = jnp.float32) -> jax.Array:
   The result is computed in float32 and cast to `dtype` once at the end.
   """
   blocks, _ = _blocked(t.data.astype(jnp.float32), Scaling.ONE_D, t.data.ndim - 1)
-  y = (blocks * (t.scale.astype(jnp.float32) * (t.amax / TENSOR_SCALE_RANGE))[..., None]).reshape(t.shape)
+  y = (blocks * (t.scale.astype(jnp.float32) * divide(t.amax, TENSOR_SCALE_RANGE))[..., None]).reshape(t.shape)
   if t.rht:
     y = hadamard.inverse_rht(y)
   return y.astype(dtype)

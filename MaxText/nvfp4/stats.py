@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from MaxText.nvfp4 import hadamard
-from MaxText.nvfp4.formats import NVFP4, TENSOR_SCALE_RANGE, round_to_e2m1_grid
+from MaxText.nvfp4.formats import NVFP4, TENSOR_SCALE_RANGE, divide, round_to_e2m1_grid, widen
 from MaxText.nvfp4.gemm import GemmRecipe
 from MaxText.nvfp4.operands import BACKWARD_ROWS, FORWARD_ROWS, GEMM_OPERANDS, gemm_operands
 from MaxText.nvfp4.quantize import Scaling, _blocked, _check_input, _encode
@@ -75,8 +75,8 @@ def quantization_stats(
   y, s8, bamax, amax = _encode(x, scaling, False, axis)
   q = round_to_e2m1_grid(y)
   scale = s8.astype(jnp.float32)
-  reference = _blocked(x, scaling, axis)[0].astype(jnp.float32)
-  error = q * (scale * (amax / TENSOR_SCALE_RANGE)) - reference
+  reference = widen(_blocked(x, scaling, axis)[0])
+  error = q * (scale * divide(amax, TENSOR_SCALE_RANGE)) - reference
   norm = jnp.sum(jnp.square(reference))
   rel_error = jnp.sqrt(jnp.sum(jnp.square(error)) / jnp.where(norm > 0, norm, np.float32(1.0)))
   return {

@@ -87,13 +87,14 @@ def test_fmin_flt_max():
 
 
 def test_grid_rounding_equals_the_float4_cast():
-  """round_to_e2m1_grid (arithmetic) == XLA's own round-to-nearest-even float4 cast of the clamped value."""
+  """round_to_e2m1_grid (arithmetic) == the round-to-nearest-even float4 cast of the clamped value (ml_dtypes', on
+  the host: XLA's GPU compiler drops a jitted cast-and-widen pair, so a jitted reference would round nothing there)."""
   rng = np.random.default_rng(0)
   y = np.concatenate([
       rng.uniform(-7, 7, 100_000), rng.standard_normal(10_000) * 1e-3, np.arange(-14, 15) / 4,  # all ties
       [0.0, -0.0, np.inf, -np.inf, 1e30, -1e-40],
   ]).astype(np.float32)
-  cast = np.asarray(jax.jit(lambda y: jnp.clip(y, -6, 6).astype(formats.E2M1).astype(jnp.float32))(y))
+  cast = np.clip(y, -6, 6).astype(formats.E2M1).astype(np.float32)
   grid = np.asarray(jax.jit(formats.round_to_e2m1_grid)(y))
   np.testing.assert_array_equal(grid.view(np.uint32), cast.view(np.uint32))
 
@@ -120,3 +121,27 @@ def test_pack_e2m1_keeps_element_order():
   codes = jnp.arange(16, dtype=jnp.uint8).reshape(2, 8)
   got = np.asarray(formats.pack_e2m1(codes)).view(np.uint8).reshape(2, 8)
   np.testing.assert_array_equal(got, np.arange(16).reshape(2, 8))
+
+
+def _neighbourhood(dtype: np.dtype, top: float) -> np.ndarray:
+  """Every finite non-negative value of `dtype` up to `top`, the midpoints between them (the ties) and the float32
+  values just either side of each: where a rounding can go wrong; with their negatives."""
+  values = np.arange(2 ** (8 * dtype.itemsize), dtype=f"u{dtype.itemsize}").view(dtype).astype(np.float32)
+  values = np.unique(np.abs(values[np.isfinite(values)]))
+  values = values[values <= top]
+  mids = (values[1:] + values[:-1]) / 2
+  v = np.concatenate([values, mids, np.nextafter(mids, 0), np.nextafter(mids, np.inf), np.nextafter(values, 0),
+                      np.nextafter(values, np.inf)])
+  v = v[v <= top]
+  return np.concatenate([v, -v]).astype(np.float32)
+
+
+@pytest.mark.parametrize("dtype,top", [(ml_dtypes.float8_e4m3fn, 448.0), (ml_dtypes.bfloat16, float(formats.FLT_MAX)),
+                                       (np.float16, 65504.0)], ids=["e4m3", "bf16", "f16"])
+def test_round_to_equals_the_cast(dtype, top):
+  """round_to(v, dtype) == v cast to dtype and back (ml_dtypes, on the host), ties and subnormals included: the
+  explicit rounding that XLA's GPU compiler keeps where it drops a cast-and-widen pair (docs/numerics.md#on-a-gpu)."""
+  dtype = np.dtype(dtype)
+  v = _neighbourhood(dtype, top)
+  got = np.asarray(jax.jit(lambda v: formats.round_to(v, dtype))(v))
+  np.testing.assert_array_equal(got.view(np.uint32), v.astype(dtype).astype(np.float32).view(np.uint32))

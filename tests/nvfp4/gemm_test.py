@@ -46,11 +46,12 @@ def test_matches_quantize_dequantize_reference(recipe):
   sr = recipe.stochastic_rounding
   k_dgrad, k_wgrad = jax.random.split(_KEY) if sr else (None, None)
 
-  y_ref = _deq(x) @ _deq(w.T, scaling=w_scaling).T
-  dx_ref = (_deq(dy, stochastic_rounding=sr, key=k_dgrad)
-            @ (_deq(w.T, scaling=w_scaling).T if recipe.weight_2d else _deq(w)).T)
-  dw_ref = (_deq(x.T, rht=recipe.rht)
-            @ _deq(dy.T, rht=recipe.rht, stochastic_rounding=sr, key=k_wgrad).T)
+  with jax.default_matmul_precision("highest"):  # float32 references: a GPU's default f32 matmul is TF32
+    y_ref = _deq(x) @ _deq(w.T, scaling=w_scaling).T
+    dx_ref = (_deq(dy, stochastic_rounding=sr, key=k_dgrad)
+              @ (_deq(w.T, scaling=w_scaling).T if recipe.weight_2d else _deq(w)).T)
+    dw_ref = (_deq(x.T, rht=recipe.rht)
+              @ _deq(dy.T, rht=recipe.rht, stochastic_rounding=sr, key=k_wgrad).T)
 
   assert y.dtype == jnp.bfloat16 and dx.dtype == jnp.bfloat16 and dw.dtype == jnp.float32
   np.testing.assert_allclose(np.asarray(y, np.float32), np.asarray(y_ref.astype(jnp.bfloat16), np.float32),

@@ -1,0 +1,187 @@
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
+"""The emulation's numbers do not depend on the liberties XLA's GPU compiler takes (docs/numerics.md#on-a-gpu).
+
+On a GPU, XLA (1) removes a narrowing cast followed by the widening one (xla_allow_excess_precision, on by default),
+so `x.astype(e4m3).astype(f32)` rounds nothing, and (2) divides with a fast division that can be an ulp off. XLA:CPU
+does neither, so every other test here passes on CPU whatever the code relies on; on an H200 the quantizer's bit-exact
+tests failed by the dozen (2026-11-27) until the rounding and the divisions were made explicit.
+
+This file runs each function through a jaxpr interpreter that takes both liberties on the CPU: it drops every
+narrowing-then-widening cast pair (also across reshapes, broadcasts and transposes, and into nested jits), and moves
+every float division's result one ulp up or down (by element parity). The outputs must equal the same op-by-op run
+without them, bit for bit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.extend  # noqa: F401  (jax.extend.core.Literal: the jaxpr literals)
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from MaxText.nvfp4 import formats
+from MaxText.nvfp4.gemm import MATMUL_DIMS, GemmRecipe, nvfp4_dot_general
+from MaxText.nvfp4.quantize import quantize, quantize_block_scaled
+
+#: Ops a narrowed value passes through with its float32 original still at hand, as XLA moves casts across them.
+_LAYOUT = {"reshape", "broadcast_in_dim", "transpose", "squeeze", "expand_dims"}
+
+
+def _narrowing(old: Any, new: Any) -> bool:
+  return (jnp.issubdtype(old, jnp.floating) and jnp.issubdtype(new, jnp.floating)
+          and jnp.dtype(new).itemsize < jnp.dtype(old).itemsize)
+
+
+def _off_by_an_ulp(q: jax.Array) -> jax.Array:
+  """q one ulp up at even flat positions and down at odd ones, where q is finite and not zero."""
+  if q.dtype != jnp.float32:
+    return q
+  parity = (jnp.arange(q.size).reshape(q.shape) % 2) == 0
+  moved = jnp.where(parity, jnp.nextafter(q, np.float32(np.inf)), jnp.nextafter(q, np.float32(-np.inf)))
+  return jnp.where(jnp.isfinite(q) & (q != 0), moved, q)
+
+
+def _eval(jaxpr: Any, consts: list[Any], args: list[tuple[Any, Any]], gpu: bool) -> list[tuple[Any, Any]]:
+  """Evaluates `jaxpr` op by op on (value, wide original or None) pairs; with `gpu`, taking the GPU compiler's
+  liberties and its branch of lax.platform_dependent. Returns the outputs as pairs."""
+  env: dict[Any, tuple[Any, Any]] = {}
+
+  def read(v: Any) -> tuple[Any, Any]:
+    return (v.val, None) if isinstance(v, jax.extend.core.Literal) else env[v]
+
+  for var, const in zip(jaxpr.constvars, consts):
+    env[var] = (const, None)
+  for var, arg in zip(jaxpr.invars, args):
+    env[var] = arg
+  for eqn in jaxpr.eqns:
+    pairs = [read(v) for v in eqn.invars]
+    values = [p[0] for p in pairs]
+    name, params = eqn.primitive.name, eqn.params
+    wides: list[Any] = [None] * len(eqn.outvars)
+    if name in ("pjit", "jit", "closed_call", "core_call", "remat", "checkpoint", "custom_jvp_call", "custom_vjp_call"):
+      sub = params.get("jaxpr", params.get("call_jaxpr"))
+      sub_jaxpr, sub_consts = (sub.jaxpr, sub.consts) if hasattr(sub, "consts") else (sub, [])
+      out = _eval(sub_jaxpr, sub_consts, pairs[:len(sub_jaxpr.invars)], gpu)
+      for var, pair in zip(eqn.outvars, out):
+        env[var] = pair
+      continue
+    if name == "platform_index":  # lax.platform_dependent: take the branch a GPU takes (cuda's, else the default)
+      platforms = params["platforms"]
+      index = next((i for i, p in enumerate(platforms) if p is not None and ("cuda" if gpu else "cpu") in p),
+                   next(i for i, p in enumerate(platforms) if p is None))
+      env[eqn.outvars[0]] = (jnp.int32(index), None)
+      continue
+    if name == "cond":
+      branch = params["branches"][int(values[0])]
+      out = _eval(branch.jaxpr, branch.consts, pairs[1:], gpu)
+      for var, pair in zip(eqn.outvars, out):
+        env[var] = pair
+      continue
+    outs = eqn.primitive.bind(*values, **params)
+    outs = list(outs) if eqn.primitive.multiple_results else [outs]
+    if gpu and name == "convert_element_type":
+      (value, wide), new = pairs[0], params["new_dtype"]
+      if _narrowing(value.dtype, new) and value.dtype == jnp.float32:
+        wides = [value]  # the float32 value the GPU may keep instead of the narrow one
+      elif wide is not None and jnp.dtype(new) == jnp.float32:
+        outs = [wide]  # narrowing then widening: the pair is gone
+    elif gpu and name in _LAYOUT and pairs[0][1] is not None:
+      wides = [eqn.primitive.bind(pairs[0][1], *values[1:], **params)]
+    elif gpu and name == "div" and jnp.issubdtype(outs[0].dtype, jnp.floating):
+      outs = [_off_by_an_ulp(outs[0])]
+    for var, out, wide in zip(eqn.outvars, outs, wides):
+      env[var] = (out, wide)
+  return [read(v) for v in jaxpr.outvars]
+
+
+def op_by_op(f: Callable[..., Any], gpu: bool = True) -> Callable[..., Any]:
+  """f evaluated one op at a time on the CPU; with `gpu`, as XLA's GPU compiler may: cast pairs dropped, divisions
+  an ulp off. Both sides of a comparison run op by op, so that the CPU's own fusion choices (a dot's summation
+  order inside a jit) do not count as a difference."""
+
+  def run(*args: Any) -> Any:
+    closed, shape = jax.make_jaxpr(f, return_shape=True)(*args)
+    flat = jax.tree.leaves(args)
+    out = _eval(closed.jaxpr, closed.consts, [(jnp.asarray(a), None) for a in flat], gpu)
+    return jax.tree.unflatten(jax.tree.structure(shape), [o[0] for o in out])
+
+  return run
+
+
+def gpu_like(f: Callable[..., Any]) -> Callable[..., Any]:
+  return op_by_op(f, gpu=True)
+
+
+def cpu(f: Callable[..., Any]) -> Callable[..., Any]:
+  return op_by_op(f, gpu=False)
+
+
+def _assert_same(got: Any, want: Any) -> None:
+  for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+    g, w = np.asarray(g), np.asarray(w)
+    assert g.dtype == w.dtype and g.shape == w.shape
+    bits = f"u{g.dtype.itemsize}"
+    differ = np.flatnonzero(g.view(bits) != w.view(bits))
+    assert differ.size == 0, f"{differ.size} of {g.size} values differ, first {g.flat[differ[0]]} vs {w.flat[differ[0]]}"
+
+
+def _activations(seed: int, shape: tuple[int, ...]) -> jax.Array:
+  """float32 values of mixed magnitudes, many of them on ties once in bf16 (short mantissas)."""
+  rng = np.random.default_rng(seed)
+  x = rng.standard_normal(shape) * 10.0 ** rng.integers(-4, 3, (shape[0], 1))
+  x[::3] = np.round(x[::3] * 8) / 8
+  return jnp.asarray(x, jnp.float32)
+
+
+def test_the_interpreter_takes_both_liberties():
+  """The check can fail: a plain cast pair rounds nothing under it, and a division moves."""
+  v = jnp.asarray([1.0 + 2.0**-10, 3.0], jnp.float32)
+  pair = gpu_like(lambda v: v.astype(jnp.float8_e4m3fn).astype(jnp.float32))(v)
+  np.testing.assert_array_equal(pair, v)
+  q = gpu_like(lambda a, b: a / b)(jnp.float32(1.0), jnp.float32(3.0))
+  assert q != np.float32(1.0) / np.float32(3.0)
+  np.testing.assert_array_equal(gpu_like(formats.divide)(jnp.float32(1.0), jnp.float32(3.0)), np.float32(1 / 3))
+
+
+@pytest.mark.parametrize("scaling,rht", [("1d", False), ("2d", False), ("1d", True)])
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float32])
+def test_quantize_is_the_same_under_the_gpu_compiler(scaling, rht, dtype):
+  """quantize of a tensor produced in float32 and cast to its dtype (as maxtext's layers hand over activations
+  and kernels): codes, scales and amax unchanged."""
+  x = _activations(0, (64, 128))
+
+  def f(x32):
+    t = quantize(x32.astype(dtype), scaling, rht=rht)
+    return t.data, t.scale, t.amax
+
+  _assert_same(gpu_like(f)(x), cpu(f)(x))
+
+
+def test_block_scaled_operands_with_stochastic_rounding_are_the_same():
+  """The wgrad operand (blocks along M, RHT, stochastic rounding), what the emulated GEMM multiplies."""
+  x, key = _activations(1, (128, 64)), jax.random.key(3)
+
+  def f(x32, key):
+    return quantize_block_scaled(x32.astype(jnp.bfloat16), "1d", rht=True, stochastic_rounding=True, key=key,
+                                 axis=0)
+
+  _assert_same(gpu_like(f)(x, key), cpu(f)(x, key))
+
+
+def test_the_gemm_forward_and_backward_are_the_same():
+  """nvfp4_dot_general's y, dx and dW (the recipe: 2D weights, RHT and stochastic rounding in wgrad)."""
+  x, w, dy = _activations(2, (64, 128)), _activations(3, (128, 96)) * 0.1, _activations(4, (64, 96))
+  key = jax.random.key(0)
+
+  def f(x32, w32, dy32, key):
+    def gemm(x, w):
+      return nvfp4_dot_general(x, w, MATMUL_DIMS, key=key, recipe=GemmRecipe())
+
+    y, vjp = jax.vjp(gemm, x32.astype(jnp.bfloat16), w32.astype(jnp.bfloat16))
+    return y, *vjp(dy32.astype(jnp.bfloat16))
+
+  _assert_same(gpu_like(f)(x, w, dy, key), cpu(f)(x, w, dy, key))
