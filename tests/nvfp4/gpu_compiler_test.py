@@ -27,6 +27,7 @@ from MaxText.nvfp4 import formats
 from MaxText.nvfp4.gemm import MATMUL_DIMS, GemmRecipe, nvfp4_dot_general
 from MaxText.nvfp4.quantize import quantize, quantize_block_scaled
 
+
 @pytest.fixture(autouse=True)
 def _on_cpu_only() -> None:
   """The reference side is XLA:CPU's own arithmetic (exact casts, exact division); on a GPU it is not, and the
