@@ -225,9 +225,15 @@ def paired_eval_gap(baseline: RunMetrics, candidate: RunMetrics,
   if missing:
     return None, 0, (f"no per-batch eval losses at step {step} from {' and '.join(missing)} (maxtext's metrics_file "
                      "holds them for the last eval pass)")
-  base, cand = np.array(baseline.eval_batches[step]), np.array(candidate.eval_batches[step])
+  return paired_gap(np.array(baseline.eval_batches[step]), np.array(candidate.eval_batches[step]))
+
+
+def paired_gap(base: np.ndarray, cand: np.ndarray) -> tuple[tuple[float, float] | None, int, str | None]:
+  """(95% interval of candidate - baseline in nats, batches, why there is none) from two [batches, 2] arrays of
+  (mean loss, tokens) on the same eval batches: paired_eval_gap's statistics, for any two evaluations of one set
+  (two runs' eval passes, or two exports of one checkpoint: scripts/eval_export.py)."""
   if base.shape != cand.shape or not np.array_equal(base[:, 1], cand[:, 1]):
-    return None, 0, (f"mismatched eval sets at step {step}: {len(base)} vs {len(cand)} batches or other token counts "
+    return None, 0, (f"mismatched eval sets: {len(base)} vs {len(cand)} batches or other token counts "
                      "per batch; paired intervals need the same eval batches in both runs")
   n = len(base)
   if n < 2:
