@@ -164,8 +164,8 @@ def divide(a: jnp.ndarray, b: jnp.ndarray) -> jnp.ndarray:
 def _divide_exactly(a: jnp.ndarray, b: jnp.ndarray) -> jnp.ndarray:
   """a / b correctly rounded whatever the division instruction: the float quotient of the two 24-bit significands
   (each exact in float32) is only an estimate Q0 of the result's significand Q, within three units for a division
-  two ulps off; Q is the candidate Q0 + d (|d| <= 3) whose remainder A * 2**k - Q * B is at most B / 2 (ties to
-  even), computed exactly in integers (12-bit limbs). Zero, infinite, NaN or subnormal operands, and quotients
+  two ulps off; Q = Q0 + d, d the integer nearest (A * 2**k - Q0 * B) / B (ties to the even Q), the remainder
+  computed exactly in integers (12-bit limbs). Zero, infinite, NaN or subnormal operands, and quotients
   outside float32's normal range (an amax below 3e-35), take `a / b`."""
   a, b = jnp.broadcast_arrays(jnp.asarray(a, jnp.float32), jnp.asarray(b, jnp.float32))
   abits = jax.lax.bitcast_convert_type(a, jnp.uint32)
@@ -179,24 +179,21 @@ def _divide_exactly(a: jnp.ndarray, b: jnp.ndarray) -> jnp.ndarray:
   k = jnp.where(below, 24, 23)  # Q = RN(A * 2**k / B) lies in [2**23, 2**24]
   estimate = ma.astype(jnp.float32) / mb.astype(jnp.float32) * jnp.where(below, np.float32(2.0**24), np.float32(2.0**23))
   q0 = jnp.round(estimate).astype(jnp.int32)
-  # A * 2**k in base 2**24 (two limbs; the high one is A >> (24 - k)), and each candidate Q * B likewise, from 12-bit
-  # halves whose products are below 2**24: the difference of the two is small (|d| <= 3 B), so int32 holds it.
+  # A * 2**k in base 2**24 (two limbs; the high one is A >> (24 - k)), and Q0 * B likewise, from 12-bit
+  # halves whose products are below 2**24: the difference of the two is small (at most 3.5 B), so int32 holds it.
   a_hi = ma >> (24 - k)
   a_lo = (ma << k) & 0xFFFFFF
   bh, bl = mb >> 12, mb & 0xFFF
-  best = q0
-  for d in (-3, -2, -1, 0, 1, 2, 3):
-    q = q0 + d
-    qh, ql = q >> 12, q & 0xFFF
-    mid = qh * bl + ql * bh
-    lo = ql * bl + ((mid & 0xFFF) << 12)
-    hi = qh * bh + (mid >> 12) + (lo >> 24)
-    lo = lo & 0xFFFFFF
-    rem = (a_hi - hi) * (1 << 24) + (a_lo - lo)  # A * 2**k - Q * B, exactly
-    twice = 2 * rem
-    nearest = (twice < mb) & (twice > -mb)
-    tie = ((twice == mb) | (twice == -mb)) & ((q & 1) == 0)
-    best = jnp.where(nearest | tie, q, best)
+  qh, ql = q0 >> 12, q0 & 0xFFF
+  mid = qh * bl + ql * bh
+  lo = ql * bl + ((mid & 0xFFF) << 12)
+  hi = qh * bh + (mid >> 12) + (lo >> 24)
+  rem = (a_hi - hi) * (1 << 24) + (a_lo - (lo & 0xFFFFFF))  # A * 2**k - Q0 * B, exactly
+  # Q = Q0 + d, d the integer nearest rem / B (|d| <= 3): floor((2 rem + B) / 2B) rounds halves up; a tie goes to
+  # the even Q.
+  d = jnp.floor_divide(2 * rem + mb, 2 * mb)
+  tie = jnp.remainder(2 * rem + mb, 2 * mb) == 0
+  best = q0 + d - (tie & (((q0 + d) & 1) == 1)).astype(jnp.int32)
   # Q == 2**24 (a carry) is the next binade's 2**23: adding it to the exponent field does exactly that.
   bits = (exponent.astype(jnp.uint32) << 23) + (best.astype(jnp.uint32) - np.uint32(0x800000))
   bits = bits | ((abits ^ bbits) & np.uint32(0x80000000))
