@@ -88,7 +88,8 @@ def _read_safetensors(path: pathlib.Path, containing: str) -> dict[str, np.ndarr
 
 def _nvfp4_weights(export_dir: pathlib.Path) -> dict[str, np.ndarray]:
   """HF module -> the dequantized [out, in] float32 weight of every NVFP4 Linear in a compressed-tensors export."""
-  e2m1 = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6], np.float32)
+  from MaxText.nvfp4.formats import e2m1_values  # pylint: disable=import-outside-toplevel
+
   tensors: dict[str, np.ndarray] = {}
   for f in sorted(export_dir.glob("*.safetensors")):
     tensors.update(_read_safetensors(f, ".weight_"))
@@ -101,7 +102,7 @@ def _nvfp4_weights(export_dir: pathlib.Path) -> dict[str, np.ndarray]:
     codes = np.stack([packed & 0xF, packed >> 4], axis=-1).reshape(packed.shape[0], -1)  # even element: low nibble
     scale = tensors[f"{module}.weight_scale"].astype(np.float32)
     global_scale = tensors[f"{module}.weight_global_scale"].astype(np.float32).reshape(())
-    out[module] = e2m1[codes] * np.repeat(scale / global_scale, 16, axis=1)
+    out[module] = np.asarray(e2m1_values(codes)) * np.repeat(scale / global_scale, 16, axis=1)
   return out
 
 
