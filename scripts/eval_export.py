@@ -169,14 +169,15 @@ def run_one(run_dir: pathlib.Path, work: pathlib.Path) -> dict[str, Any]:
 
   config_path, overrides = training_command(run_dir)
   trained = _config(config_path, overrides)
+  forward = _config(config_path, overrides, "quantization=", plugin_keys=False)  # bf16 compute, plain GEMMs
   exact, _ = mapping.exact(trained, source.find_checkpoint(trained).step)
-  # A run whose MLP forward was not NVFP4 at that step: the recipe's defaults, applied post-training.
-  exporting = trained if exact else _config(config_path, overrides, "quantization=", plugin_keys=False)
+  # A run whose MLP forward was not NVFP4 at that step: the recipe's defaults, applied post-training (the same keys
+  # as the bf16 forward).
+  exporting = trained if exact else forward
   out = work / f"{run_dir.name}-compressed-tensors"
   start = time.perf_counter()
   summary = export(exporting, out, Format.COMPRESSED_TENSORS, force=True, progress=False)
   export_s = time.perf_counter() - start
-  forward = _config(config_path, overrides, "quantization=", plugin_keys=False)  # bf16 compute, plain GEMMs
   checkpoint = source.find_checkpoint(forward)
   params = load_orbax_checkpoint(source.reader_config(forward, checkpoint))["params"]["params"]
   weights = _nvfp4_weights(out)

@@ -166,8 +166,7 @@ def _divide_exactly(a: jnp.ndarray, b: jnp.ndarray) -> jnp.ndarray:
   (each exact in float32) is only an estimate Q0 of the result's significand Q, within three units for a division
   two ulps off; Q = Q0 + d, d the integer nearest (A * 2**k - Q0 * B) / B (ties to the even Q), the remainder
   computed exactly in integers (12-bit limbs). Zero, infinite, NaN or subnormal operands, and quotients
-  outside float32's normal range (an amax below 3e-35), take `a / b`."""
-  a, b = jnp.broadcast_arrays(jnp.asarray(a, jnp.float32), jnp.asarray(b, jnp.float32))
+  outside float32's normal range (an amax below 3e-35), take `a / b`. `divide` passes float32 arrays of one shape."""
   abits = jax.lax.bitcast_convert_type(a, jnp.uint32)
   bbits = jax.lax.bitcast_convert_type(b, jnp.uint32)
   ea = ((abits >> 23) & 0xFF).astype(jnp.int32)
