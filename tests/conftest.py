@@ -214,5 +214,7 @@ def blackwell():
 
 @pytest.fixture()
 def run_train(jax_cache_dir: pathlib.Path):
-  """Returns `run(overrides, as_file=False, timeout=300) -> Run`: `train_cli` with this session's jax cache."""
-  return lambda overrides, as_file=False, timeout=300: helpers.train_cli(overrides, jax_cache_dir, as_file, timeout)
+  """Returns `run(overrides, as_file=False, timeout=300) -> Run`: `train_cli` with this session's jax cache, in a
+  fresh interpreter (the CLI's tests: its exit status, stderr and import-time behaviour as a user sees them)."""
+  return lambda overrides, as_file=False, timeout=300: helpers.train_cli(overrides, jax_cache_dir, as_file, timeout,
+                                                                         fresh=True)
