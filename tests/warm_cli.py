@@ -39,9 +39,9 @@ _CONTEXT: list[multiprocessing.context.BaseContext] = []
 _START_ENV: dict[str, str] = {}
 
 
-def _context(env: Mapping[str, str]) -> multiprocessing.context.BaseContext:
+def start(env: Mapping[str, str]) -> multiprocessing.context.BaseContext:
   """This process's forkserver, started on first use with `env` as its environment (jax reads some variables when
-  it is imported: JAX_PLATFORMS, the compilation cache's)."""
+  it is imported: JAX_PLATFORMS, the compilation cache's); later calls return it as it is."""
   if not _CONTEXT:
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(PRELOAD)
@@ -58,6 +58,11 @@ def _context(env: Mapping[str, str]) -> multiprocessing.context.BaseContext:
     _START_ENV.update(env)
     _CONTEXT.append(context)
   return _CONTEXT[0]
+
+
+def start_environment() -> dict[str, str]:
+  """The environment the warm process started with (empty before it starts): a run's changes are made from it."""
+  return dict(_START_ENV)
 
 
 def can_run(env: Mapping[str, str]) -> bool:
@@ -92,7 +97,7 @@ def run(module: str, argv: Sequence[str], env: Mapping[str, str], cwd: pathlib.P
         timeout: float) -> tuple[int, str, str]:
   """`python -m module *argv` in a child of the warm process: (exit status, stdout, stderr). A run that outlives
   `timeout` is killed and raises subprocess.TimeoutExpired, as subprocess.run does."""
-  context = _context(env)
+  context = start(env)
   with tempfile.TemporaryDirectory(prefix="warm-cli-") as streams:
     out, err = os.path.join(streams, "stdout"), os.path.join(streams, "stderr")
     changes = {key: env.get(key) for key in set(env) | set(_START_ENV) if env.get(key) != _START_ENV.get(key)}
