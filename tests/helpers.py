@@ -141,8 +141,8 @@ def train_cli(
   """
   from tests import warm_cli  # pylint: disable=import-outside-toplevel  # multiprocessing: only runs that train
 
-  entry = ["MaxText/train.py"] if as_file else ["-m", "MaxText.train"]
-  args = [*entry, str(config.relative_to(REPO_ROOT)), f"jax_cache_dir={jax_cache_dir}", *overrides]
+  cli = [str(config.relative_to(REPO_ROOT)), f"jax_cache_dir={jax_cache_dir}", *overrides]
+  args = [*(["MaxText/train.py"] if as_file else ["-m", "MaxText.train"]), *cli]
   full_env = subprocess_env(env)
   start = time.monotonic()
   fresh = fresh or os.environ.get("NVFP4_TESTS_FRESH_PROCESSES") == "1"  # every run in a new interpreter, as before
@@ -151,7 +151,7 @@ def train_cli(
                           timeout=timeout, check=False)
     returncode, stdout, stderr, how = proc.returncode, proc.stdout, proc.stderr, "python"
   else:
-    returncode, stdout, stderr = warm_cli.run("MaxText.train", args[2:], full_env, repo, timeout)
+    returncode, stdout, stderr = warm_cli.run("MaxText.train", cli, full_env, repo, timeout)
     how = "forked: python"
   seconds = time.monotonic() - start
   print(f"[{seconds:.1f}s] {how} {' '.join(args)}")

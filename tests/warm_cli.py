@@ -35,15 +35,14 @@ PRELOAD = ["absl.app", "MaxText.integration.seam", "MaxText.integration.cli", "M
 #: after the fork; pytest changes PYTEST_CURRENT_TEST at every test. Any other difference takes a real subprocess.
 RUNTIME_VARIABLES = frozenset({"XLA_FLAGS", "PYTEST_CURRENT_TEST"})
 
-_CONTEXT: list[multiprocessing.context.BaseContext] = []
-_START_ENV: dict[str, str] = {}
+_START_ENV: dict[str, str] = {}  # the warm process's environment at its start; empty until it starts
 
 
 def start(env: Mapping[str, str]) -> multiprocessing.context.BaseContext:
   """This process's forkserver, started on first use with `env` as its environment (jax reads some variables when
   it is imported: JAX_PLATFORMS, the compilation cache's); later calls return it as it is."""
-  if not _CONTEXT:
-    context = multiprocessing.get_context("forkserver")
+  context = multiprocessing.get_context("forkserver")
+  if not _START_ENV:
     context.set_forkserver_preload(PRELOAD)
     saved = dict(os.environ)
     os.environ.clear()
@@ -56,8 +55,7 @@ def start(env: Mapping[str, str]) -> multiprocessing.context.BaseContext:
       os.environ.clear()
       os.environ.update(saved)
     _START_ENV.update(env)
-    _CONTEXT.append(context)
-  return _CONTEXT[0]
+  return context
 
 
 def start_environment() -> dict[str, str]:
@@ -65,12 +63,15 @@ def start_environment() -> dict[str, str]:
   return dict(_START_ENV)
 
 
+def _changes(env: Mapping[str, str]) -> dict[str, str | None]:
+  """What a run with environment `env` sets (None: removes) in the warm process's starting one."""
+  return {key: env.get(key) for key in set(env) | set(_START_ENV) if env.get(key) != _START_ENV.get(key)}
+
+
 def can_run(env: Mapping[str, str]) -> bool:
-  """Whether a run with environment `env` can fork from this process's warm one (started with the first run's)."""
-  if not _START_ENV:
-    return True
-  keys = (set(env) | set(_START_ENV)) - RUNTIME_VARIABLES
-  return all(env.get(key) == _START_ENV.get(key) for key in keys)
+  """Whether a run with environment `env` can fork from this process's warm one (started with the first run's):
+  it changes nothing but RUNTIME_VARIABLES."""
+  return not _START_ENV or set(_changes(env)) <= RUNTIME_VARIABLES
 
 
 def _child(module: str, argv: list[str], changes: dict[str, str | None], cwd: str, stdout: str, stderr: str) -> None:
@@ -100,8 +101,7 @@ def run(module: str, argv: Sequence[str], env: Mapping[str, str], cwd: pathlib.P
   context = start(env)
   with tempfile.TemporaryDirectory(prefix="warm-cli-") as streams:
     out, err = os.path.join(streams, "stdout"), os.path.join(streams, "stderr")
-    changes = {key: env.get(key) for key in set(env) | set(_START_ENV) if env.get(key) != _START_ENV.get(key)}
-    process = context.Process(target=_child, args=(module, list(argv), changes, str(cwd), out, err))
+    process = context.Process(target=_child, args=(module, list(argv), _changes(env), str(cwd), out, err))
     process.start()
     process.join(timeout)
     if process.exitcode is None:

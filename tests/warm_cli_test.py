@@ -27,10 +27,11 @@ def test_a_forked_run_is_a_new_interpreters_run(tmp_path: pathlib.Path, jax_cach
       run = helpers.train_cli(args[2:], jax_cache_dir, env=_ENV, fresh=True)
       code, stderr = run.returncode, run.stderr
     else:
+      env = helpers.subprocess_env(_ENV)
       warm_cli.start(helpers.subprocess_env())  # unless a run of this process started it already
       # The devices must travel as a change from the warm process's start (it never starts a backend itself).
-      assert warm_cli.start_environment().get("XLA_FLAGS") != helpers.subprocess_env(_ENV)["XLA_FLAGS"]
-      code, _, stderr = warm_cli.run("MaxText.train", args, helpers.subprocess_env(_ENV), helpers.REPO_ROOT, 300)
+      assert warm_cli.start_environment().get("XLA_FLAGS") != env["XLA_FLAGS"]
+      code, _, stderr = warm_cli.run("MaxText.train", args, env, helpers.REPO_ROOT, 300)
     assert code == 0, f"{how}: {stderr[-3000:]}"
     assert "Num_devices: 2," in stderr, f"{how}: {stderr[-3000:]}"
     losses[how] = helpers.read_losses(metrics)
