@@ -16,7 +16,8 @@ The residuals saved for the backward pass are the quantized wgrad/dgrad operands
 The four parts, as in qwix's dot_general_qt: `nvfp4_dot_general` (public, any dimension numbers without
 batch dims) -> `_matmul` (custom_vjp on lhs and rhs as given) = `_matmul_fwd` + `_matmul_bwd`, both built from
 `Nvfp4Matmul`: one GEMM's layout (`_Layout` maps lhs and rhs onto the 2D x . W and the gradients back) and recipe,
-with its three parts public: `residuals` (the quantized operands the backward keeps), `fprop` and `backward`. A
+with its three parts public: `residuals` (the quantized operands the backward keeps), `fprop` and `backward`, and
+`forward`, the output alone, which the custom VJP's primal runs where nothing is differentiated. A
 caller composing its own VJP around the GEMM (the training pipeline's forward-only switch, MaxText.backends) uses
 those parts; the numerics hold no training policy of their own.
 """
@@ -127,11 +128,15 @@ class _Layout:
 _Residuals = tuple[BlockScaled, BlockScaled, jax.Array | None]
 
 
-def _fprop_nvfp4(x: jax.Array, wq_dgrad: BlockScaled, w: jax.Array, recipe: GemmRecipe) -> jax.Array:
-  """y = x . W on NVFP4 operands: x 1D along K; W the dgrad copy's 2D tiles, or 1D along K."""
+def _fprop_nvfp4(x: jax.Array, wq_dgrad: BlockScaled | None, w: jax.Array, recipe: GemmRecipe) -> jax.Array:
+  """y = x . W on NVFP4 operands: x 1D along K; W the dgrad copy's 2D tiles (quantized here when `wq_dgrad` is
+  None), or 1D along K."""
   xq = _quantized(x, Scaling.ONE_D)  # (M, K) along K
   # 2D: the tiles serve both orientations, so the forward sees the same weight as dgrad.
-  wq_fprop = wq_dgrad if recipe.weight_2d else _quantized(w, Scaling.ONE_D, axis=0)  # (K, N) along K
+  if recipe.weight_2d:
+    wq_fprop = _quantized(w, Scaling.TWO_D) if wq_dgrad is None else wq_dgrad
+  else:
+    wq_fprop = _quantized(w, Scaling.ONE_D, axis=0)  # (K, N) along K
   return _product(xq, wq_fprop, (1, 0), recipe.format).astype(x.dtype)
 
 
@@ -158,6 +163,14 @@ class Nvfp4Matmul:
     x, w = self.layout.matrices(lhs, rhs)
     return _fprop_nvfp4(x, residuals[1], w, self.recipe).reshape(self.layout.out_shape)
 
+  def forward(self, lhs: jax.Array, rhs: jax.Array) -> jax.Array:
+    """fprop where no backward follows (a model's initialization, evaluation, the primal of the custom VJP): the
+    same output, without quantizing what only the backward reads (x^T with RHT; W's dgrad copy where the forward
+    does not share it). Why: every operation traced costs trace and compile time; maxtext builds a model several
+    times before it trains (abstract shapes, initialization), each build calling every GEMM once."""
+    x, w = self.layout.matrices(lhs, rhs)
+    return _fprop_nvfp4(x, None, w, self.recipe).reshape(self.layout.out_shape)
+
   def backward(self, residuals: _Residuals, dy: jax.Array) -> tuple[jax.Array, jax.Array]:
     """dY has y's dtype, which is lhs's, so dx takes dy.dtype; dW takes the kernel's dtype (f32 master weights)."""
     xq_wgrad, wq_dgrad, key = residuals
@@ -182,7 +195,8 @@ def _matmul_bwd(gemm: Nvfp4Matmul, residuals: _Residuals, dy: jax.Array) -> tupl
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
 def _matmul(lhs: jax.Array, rhs: jax.Array, key: jax.Array | None, gemm: Nvfp4Matmul) -> jax.Array:
-  return _matmul_fwd(lhs, rhs, key, gemm)[0]
+  del key  # only the backward rounds stochastically
+  return gemm.forward(lhs, rhs)
 
 
 _matmul.defvjp(_matmul_fwd, _matmul_bwd)

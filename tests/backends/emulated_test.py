@@ -55,24 +55,24 @@ def test_forward_switch_on_the_emulated_core(rhs_dtype, recipe):
 
 
 def test_after_the_switch_only_the_bf16_forward_gemm_runs():
-  """The emulated core's forward output comes from its own VJP parts under the switch's `lax.cond`: the NVFP4 fprop
-  (x quantized along K, and its GEMM) sits in the branch not taken, so one forward GEMM runs per step."""
+  """The emulated core's forward output in training (the VJP's forward, what a train step runs) comes from its own
+  VJP parts under the switch's `lax.cond`: the NVFP4 fprop (x quantized along K, and its GEMM) sits in the branch
+  not taken, so one forward GEMM runs per step."""
   dims = (((1,), (0,)), ((), ()))
   x = jax.ShapeDtypeStruct((64, 128), jnp.bfloat16)
   w = jax.ShapeDtypeStruct((128, 32), jnp.bfloat16)
 
   def forward(x, w, flag):
-    return forward_switch(core(x, w, dims, GemmRecipe()), unquantized(dims), flag)(x, w, _KEY)
+    gemm = forward_switch(core(x, w, dims, GemmRecipe()), unquantized(dims), flag)
+    return jax.vjp(lambda x, w: gemm(x, w, _KEY), x, w)[0]
 
-  jaxpr = jax.make_jaxpr(forward)(x, w, jax.ShapeDtypeStruct((), jnp.bool_))
-  (cond,) = [e for e in jaxpr.eqns if e.primitive.name in ("custom_vjp_call", "custom_vjp_call_jaxpr")]
-  inner = cond.params.get("call_jaxpr") or cond.params.get("fun_jaxpr")
+  traced = jax.make_jaxpr(forward)(x, w, jax.ShapeDtypeStruct((), jnp.bool_))
   def dots(jaxpr):
     return [e for e in jaxpr.eqns if e.primitive.name == "dot_general"]
 
-  switches = [e for e in inner.jaxpr.eqns if e.primitive.name == "cond"
+  switches = [e for e in traced.jaxpr.eqns if e.primitive.name == "cond"
               and any(dots(b.jaxpr) for b in e.params["branches"])]
   assert len(switches) == 1  # the forward GEMMs: one per branch, the NVFP4 one (and its x quantization) inside
   assert [len(dots(b.jaxpr)) for b in switches[0].params["branches"]] == [1, 1]
-  outside = [e for e in dots(inner.jaxpr) if "float32" in str(e.params.get("preferred_element_type"))]
+  outside = [e for e in dots(traced.jaxpr) if "float32" in str(e.params.get("preferred_element_type"))]
   assert len(outside) == 1  # only the Hadamard transform of x^T (the backward's operand), not a forward GEMM

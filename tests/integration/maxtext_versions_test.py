@@ -39,7 +39,12 @@ PINNED_COMMIT = "380fefb8a2b4bd94c94f297984c23dd65b85aaeb"
 #: The commit whose losses the pipeline (MaxText.backends.pipeline) must reproduce: the last before it.
 PIPELINE_COMMIT = "cb3b295"
 STEPS = 20
-#: Runs through every stage of the pipeline, each against PIPELINE_COMMIT (quickstart.yml, te_nvfp4, STEPS steps).
+#: The pipeline runs' length: every stage runs for at least three steps of it (the switches at 4 and 7; statistics at
+#: steps 0, 3, 6 and 9). Shorter than STEPS because a quickstart MoE step takes about 1 s on 2 CPU cores, and bit for
+#: bit over every stage is the check, not the length.
+PIPELINE_STEPS = 10
+#: Runs through every stage of the pipeline, each against PIPELINE_COMMIT (quickstart.yml, te_nvfp4, PIPELINE_STEPS
+#: steps).
 PIPELINE_RUNS = {
     # DeepSeek-style (a dense layer, routed experts through megablox's gmm, a shared expert): the BF16 last layer and
     # both late switches on dense and expert GEMMs.
@@ -47,10 +52,10 @@ PIPELINE_RUNS = {
                  "qk_nope_head_dim=16", "qk_rope_head_dim=16", "v_head_dim=16", "first_num_dense_layers=1",
                  "num_experts=4", "num_experts_per_tok=2", "shared_experts=1", "base_moe_mlp_dim=128",
                  "routed_score_func=sigmoid", "routed_bias=true", "nvfp4_bf16_last_layers=1",
-                 "nvfp4_bf16_forward_from_step=8", "nvfp4_bf16_from_step=14"],
-    # Mixtral-style (routed experts through jax's ragged_dot): statistics every 5 steps, a BF16 layer.
+                 "nvfp4_bf16_forward_from_step=4", "nvfp4_bf16_from_step=7"],
+    # Mixtral-style (routed experts through jax's ragged_dot): statistics every 3 steps, a BF16 layer.
     "statistics": ["decoder_block=mixtral", "num_experts=4", "num_experts_per_tok=2", "base_moe_mlp_dim=512",
-                   "sparse_matmul=true", "megablox=false", "nvfp4_stats_interval=5", "nvfp4_bf16_layers=[1]"],
+                   "sparse_matmul=true", "megablox=false", "nvfp4_stats_interval=3", "nvfp4_bf16_layers=[1]"],
 }
 
 
@@ -72,9 +77,10 @@ def corpus_dir(tmp_path_factory) -> pathlib.Path:
 
 
 def _quickstart_losses(name: str, root: pathlib.Path, corpus_dir: pathlib.Path, jax_cache_dir: pathlib.Path,
-                       env: dict[str, str], repo: pathlib.Path = REPO_ROOT, extra: tuple[str, ...] = ()) -> list[float]:
+                       env: dict[str, str], repo: pathlib.Path = REPO_ROOT, extra: tuple[str, ...] = (),
+                       steps: int = STEPS) -> list[float]:
   metrics = root / f"{name}.jsonl"
-  run = train_cli([f"run_name={name}", f"base_output_directory={root}", "quantization=te_nvfp4", f"steps={STEPS}",
+  run = train_cli([f"run_name={name}", f"base_output_directory={root}", "quantization=te_nvfp4", f"steps={steps}",
                    "eval_interval=-1", f"metrics_file={metrics}", *corpus.corpus_overrides(corpus_dir), *extra],
                   jax_cache_dir, env=env, config=CONFIGS_DIR / "quickstart.yml", repo=repo)
   assert run.returncode == 0, f"{name} ({repo}): {run.stderr[-3000:]}"
@@ -126,6 +132,7 @@ def test_every_stage_of_the_pipeline_trains_as_before_it(run, corpus_dir, tmp_pa
   tree = _tree(PIPELINE_COMMIT, tmp_path / "tree")
   (tree / "configs" / "quickstart.yml").write_bytes((CONFIGS_DIR / "quickstart.yml").read_bytes())
   extra = tuple(PIPELINE_RUNS[run])
-  before = _quickstart_losses("before", tmp_path / "before", corpus_dir, jax_cache_dir, {}, tree, extra)
-  today = _quickstart_losses("today", tmp_path / "today", corpus_dir, jax_cache_dir, {}, REPO_ROOT, extra)
-  assert len(today) == STEPS and today == before, (today, before)
+  before = _quickstart_losses("before", tmp_path / "before", corpus_dir, jax_cache_dir, {}, tree, extra, PIPELINE_STEPS)
+  today = _quickstart_losses("today", tmp_path / "today", corpus_dir, jax_cache_dir, {}, REPO_ROOT, extra,
+                             PIPELINE_STEPS)
+  assert len(today) == PIPELINE_STEPS and today == before, (today, before)

@@ -148,6 +148,22 @@ def test_jaxpr_three_gemms_on_fp4_operands_and_named_residuals():
   assert f"name={QUANTIZATION_NAME}" in fwd
 
 
+@pytest.mark.parametrize("recipe", [GemmRecipe(), GemmRecipe(weight_2d=False)], ids=["w2d", "w1d"])
+def test_the_output_alone_is_the_training_forward_without_the_backwards_operands(recipe):
+  """Called where nothing is differentiated (maxtext builds its model several times, each calling every GEMM), the
+  GEMM gives the training forward's output bit for bit, and quantizes only what fprop reads: x along K and W's
+  fprop copy. Neither x^T with its Hadamard transform nor W's dgrad copy along N (1D weights) is traced."""
+  x, w, _ = _operands()
+  gemm = lambda x, w: nvfp4_dot_general(x, w, _DIMS, key=_KEY, recipe=recipe)  # noqa: E731
+  trained = jax.jit(lambda x, w: jax.vjp(gemm, x, w)[0])(x, w)
+  np.testing.assert_array_equal(np.asarray(jax.jit(gemm)(x, w), np.float32), np.asarray(trained, np.float32))
+  alone = jax.make_jaxpr(gemm)(x, w).jaxpr
+  dots = [e for e in _equations(alone) if e.primitive.name == "dot_general"]
+  assert len(dots) == 1, [e.invars[1].aval.shape for e in dots]  # the fprop GEMM; no RHT of x^T
+  assert str(alone).count("reduce_max") < str(jax.make_jaxpr(lambda x, w: jax.vjp(gemm, x, w)[0])(x, w)).count(
+      "reduce_max")  # fewer block amaxes: fewer operands quantized
+
+
 def test_remat_policy_saves_quantized_residuals():
   """Under jax.checkpoint with save_only_these_names('quantization'), the backward pass re-quantizes less."""
   x, w, dy = _operands(32, 32, 32)
