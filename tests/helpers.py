@@ -21,6 +21,10 @@ from typing import Any
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 CONFIGS_DIR = REPO_ROOT / "configs"
 TINY_YML = CONFIGS_DIR / "tiny.yml"
+#: The learning-rate schedule of the tiny model's training runs wherever a test needs no other: maxtext bakes the
+#: schedule (which follows `steps` unless set) into the compiled step, so runs of different lengths on one schedule
+#: share one program, compiled once per suite run (the run's compilation cache, tests/conftest.py).
+TINY_SCHEDULE = "learning_rate_schedule_steps=20"
 
 
 def examples(full: int) -> int:

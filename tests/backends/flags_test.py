@@ -14,7 +14,7 @@ import pytest
 from MaxText.backends import flags
 from MaxText.backends.emulated import Nvfp4DotGeneral
 from MaxText.precision import switches as sw
-from tests.helpers import read_losses, resumed_losses, settings, train_cli
+from tests.helpers import TINY_SCHEDULE, read_losses, resumed_losses, settings, train_cli
 
 _DIMS = (((1,), (0,)), ((), ()))
 
@@ -146,7 +146,7 @@ def test_layer_indices_are_assigned_in_scanned_and_unscanned_models(tmp_path) ->
 
 STEPS = 6
 SWITCH = 3
-_COMMON = ["quantization=te_nvfp4", "nvfp4_backend=emulated", f"steps={STEPS}", "learning_rate_schedule_steps=6"]
+_COMMON = ["quantization=te_nvfp4", "nvfp4_backend=emulated", f"steps={STEPS}", TINY_SCHEDULE]
 
 
 def _train(root: pathlib.Path, name: str, jax_cache_dir, *overrides: str) -> tuple[list[float], str]:
@@ -182,7 +182,8 @@ def test_bf16_edge_layers_scanned_and_unscanned(tmp_path, jax_cache_dir) -> None
 
   Tolerance: maxtext draws the initial weights differently for a scanned stack (one rng fork per layer inside a
   scan) and for separate layers, so the two runs start from different weights. Measured here: step-0 losses
-  6.081 vs 6.117 (0.036 nats apart), every later step within 0.04. Bounds: 0.05 at step 0, 0.1 after.
+  6.081 vs 6.117 (0.036 nats apart), every later step within 0.05 (0.04 on a 6-step schedule). Bounds: 0.05 at
+  step 0, 0.1 after.
   """
   common = ["base_num_decoder_layers=4", "nvfp4_bf16_first_layers=1"]
   scanned, log = _train(tmp_path, "scanned", jax_cache_dir, *common, "nvfp4_bf16_last_layers=1", "scan_layers=true")

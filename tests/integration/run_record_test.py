@@ -9,7 +9,7 @@ import types
 import pytest
 
 from MaxText.integration import run_record
-from tests.helpers import plugin_defaults, train_cli
+from tests.helpers import TINY_SCHEDULE, plugin_defaults, train_cli
 
 
 def _config(tmp_path, **keys):
@@ -45,7 +45,7 @@ def test_record_and_change_detection(tmp_path, caplog) -> None:
 @pytest.mark.slow
 def test_resume_under_another_mode_is_logged_and_recorded(tmp_path, jax_cache_dir) -> None:
   common = [f"base_output_directory={tmp_path}", "run_name=ck", "enable_checkpointing=true", "checkpoint_period=2",
-            "async_checkpointing=false", "learning_rate_schedule_steps=4"]
+            "async_checkpointing=false", TINY_SCHEDULE]
   first = train_cli([*common, "quantization=te_nvfp4", "steps=2"], jax_cache_dir)
   assert first.returncode == 0, first.stderr[-4000:]
   assert (tmp_path / "ck" / "precision_plan.json").exists()  # a training run writes the plan
