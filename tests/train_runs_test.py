@@ -18,6 +18,8 @@ from tests.helpers import TINY_SCHEDULE, read_losses, resumed_losses, train_cli
 
 STEPS = 20
 RESUME_FROM = 10
+#: Every run's length and schedule; the resume repeats them.
+_LENGTH = [f"steps={STEPS}", TINY_SCHEDULE]
 #: Final-loss bound against the fp8 run (nats). Measured on this tiny model at 25 steps: te_nvfp4 +0.15.
 FINAL_GAP_BOUND = 0.35
 
@@ -41,7 +43,7 @@ def runs(tmp_path_factory, jax_cache_dir) -> dict[str, pathlib.Path]:
   for name, overrides in _RUNS.items():
     run_dir = root / name
     run_dir.mkdir()
-    result = train_cli([f"run_name={name}", f"base_output_directory={root}", f"steps={STEPS}", TINY_SCHEDULE,
+    result = train_cli([f"run_name={name}", f"base_output_directory={root}", *_LENGTH,
                         f"metrics_file={run_dir / 'metrics.jsonl'}", *overrides], jax_cache_dir)
     assert result.returncode == 0, f"{name}: {result.stderr[-4000:]}"
     (run_dir / "stdout.txt").write_text(result.stdout + result.stderr)
@@ -94,6 +96,6 @@ def test_resume_is_bit_identical(runs, jax_cache_dir):
   That a fresh run repeats another's losses exactly is shown by every bit-for-bit comparison between runs: the
   pins of integration/maxtext_versions_test.py, statistics and the audit on and off, the late switches."""
   full = read_losses(runs["nvfp4"] / "metrics.jsonl")
-  resumed = resumed_losses(runs["nvfp4"].parent, "nvfp4", RESUME_FROM, [*_RUNS["nvfp4"], f"steps={STEPS}", TINY_SCHEDULE],
+  resumed = resumed_losses(runs["nvfp4"].parent, "nvfp4", RESUME_FROM, [*_RUNS["nvfp4"], *_LENGTH],
                            jax_cache_dir)
   assert [resumed[s] for s in range(RESUME_FROM + 1, STEPS)] == full[RESUME_FROM + 1:]
