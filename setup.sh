@@ -18,6 +18,7 @@
 # versions (newest first). A candidate counts only if it actually runs and reports >= 3.12.
 # Idempotent: a stamp in the venv records a hash of the requirement files and pyproject.toml; a second run with
 # nothing changed returns in seconds.
+# Installs pass --no-compile; the installed modules are then byte-compiled on every core (compileall -j 0).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -32,7 +33,7 @@ while (( $# )); do
       [[ $# -ge 2 && -n "$2" ]] || { echo "setup.sh: --venv needs a directory, e.g. --venv .venv-gpu" >&2; exit 2; }
       venv="$2"; shift ;;
     --venv=*) venv="${1#--venv=}" ;;
-    -h|--help) sed -n '3,19p' "$0"; exit 0 ;;
+    -h|--help) sed -n '3,21p' "$0"; exit 0 ;;
     *) echo "setup.sh: unknown argument '$1' (valid: --gpu, --export, --venv DIR)" >&2; exit 2 ;;
   esac
   shift
@@ -72,6 +73,23 @@ find_python() {
   return 1
 }
 
+# Byte-compiles the installed modules on every core, for the installs below that pass --no-compile: pip compiles one
+# file at a time, which was 49 of the 82 s that requirements.txt took to install on 2 cores (and its share of the
+# GPU and export sets). Compiled here rather than left to the first import: with PYTHONDONTWRITEBYTECODE set (as on
+# CI), a module without a .pyc is compiled again in every process. compileall skips files whose .pyc is current.
+# A file that does not compile is what pip also passes over (it ignores its compile errors): said, not fatal.
+# The venv's site-packages, as its interpreter ($1) says.
+purelib() {
+  "$1" -c 'import sysconfig; print(sysconfig.get_path("purelib"))'
+}
+
+byte_compile() {
+  local python="$1" name="$2"
+  shift 2
+  "$python" -m compileall -qq -j 0 "$@" >/dev/null \
+    || echo "setup.sh: some files in $name did not byte-compile (pip would pass over them too); they compile on import"
+}
+
 if (( export_env )); then
   (( gpu )) && { echo "setup.sh: --export and --gpu build different environments; give one" >&2; exit 2; }
   stamp_value="$(sha256sum < "$here/requirements-export.txt" | cut -d' ' -f1) export"
@@ -89,7 +107,9 @@ if (( export_env )); then
   echo "setup.sh: creating $name with $python (3.11), installing requirements-export.txt (--no-deps lock)"
   rm -rf "$venv"
   "$python" -m venv "$venv"
-  "$venv/bin/python" -m pip --disable-pip-version-check install -q --no-deps -r "$here/requirements-export.txt"
+  "$venv/bin/python" -m pip --disable-pip-version-check install -q --no-compile --no-deps \
+    -r "$here/requirements-export.txt"
+  byte_compile "$venv/bin/python" "$name" "$(purelib "$venv/bin/python")"
   "$venv/bin/python" -c 'import torch, compressed_tensors, transformers, modelopt.torch.quantization.qtensor' \
     || { echo "setup.sh: $name does not import the export group's libraries" >&2; exit 1; }
   echo "$stamp_value" > "$venv/.setup-stamp"
@@ -123,12 +143,12 @@ fi
 
 pip=("$venv/bin/python" -m pip --disable-pip-version-check)
 echo "setup.sh: installing requirements.txt (CPU set, --no-deps lock)"
-"${pip[@]}" install -q --no-deps -r "$here/requirements.txt"
+"${pip[@]}" install -q --no-compile --no-deps -r "$here/requirements.txt"
 
 tfds_hash="$(sha256sum < "$here/requirements-tfds.txt" | cut -d' ' -f1)"
 if (( gpu )); then
   echo "setup.sh: installing requirements-tfds.txt into $name (TensorFlow for maxtext's TFDS input pipeline)"
-  "${pip[@]}" install -q --no-deps -r "$here/requirements-tfds.txt"
+  "${pip[@]}" install -q --no-compile --no-deps -r "$here/requirements-tfds.txt"
   # Stage 1: the wheels, resolved (they bring their own NVIDIA libraries); TE's JAX extension is stage 2.
   gpu_wheels="$(mktemp)"
   trap 'rm -f "$gpu_wheels"' EXIT
@@ -136,7 +156,7 @@ if (( gpu )); then
   te_jax="$(grep -i '^transformer-engine-jax==' "$here/requirements-gpu.txt" | sed 's/[[:space:]]*#.*//')"
   [[ -n "$te_jax" ]] || { echo "setup.sh: requirements-gpu.txt pins no transformer-engine-jax==VERSION" >&2; exit 1; }
   echo "setup.sh: installing requirements-gpu.txt (CUDA 12 jax, TransformerEngine wheels, build tools)"
-  "${pip[@]}" install -q -r "$gpu_wheels"
+  "${pip[@]}" install -q --no-compile -r "$gpu_wheels"
   # Stage 2: transformer_engine_jax is published as source only. NVTE_BUILD_USE_NVIDIA_WHEELS=1 builds it against
   # the nvidia-* wheels just installed (headers and libraries) instead of a system CUDA toolkit; no build
   # isolation, so the build sees them; no deps, because stage 1 installed them. pip caches the built wheel.
@@ -145,13 +165,14 @@ if (( gpu )); then
     echo "setup.sh: $te_jax already installed"
   else
     echo "setup.sh: building $te_jax against the CUDA wheels (first time ~11 min on 2 cores; then pip's cache)"
-    NVTE_BUILD_USE_NVIDIA_WHEELS=1 NVTE_FRAMEWORK=jax "${pip[@]}" install -q --no-build-isolation --no-deps "$te_jax"
+    NVTE_BUILD_USE_NVIDIA_WHEELS=1 NVTE_FRAMEWORK=jax \
+      "${pip[@]}" install -q --no-compile --no-build-isolation --no-deps "$te_jax"
   fi
   # Without a CUDA toolkit, TE 2.20.2's loader (transformer_engine/common/__init__.py) looks for libcudart under
   # site-packages/nvidia/cudart or nvidia/cuda_cudart, but the CUDA 12 runtime wheel installs it under
   # nvidia/cuda_runtime: `import transformer_engine` then fails with "cudart shared object not found". A link
   # under the name TE looks for, inside this venv only.
-  nvidia_dir="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/nvidia"
+  nvidia_dir="$(purelib "$venv/bin/python")/nvidia"
   if [[ -d "$nvidia_dir/cuda_runtime" && ! -e "$nvidia_dir/cudart" && ! -e "$nvidia_dir/cuda_cudart" ]]; then
     ln -s cuda_runtime "$nvidia_dir/cudart"
   fi
@@ -165,7 +186,7 @@ elif [[ ! -f "$venv/tfds-site/.setup-stamp" || "$(cat "$venv/tfds-site/.setup-st
   # A folder of its own, emptied first: pip --target does not replace what an older set left there.
   echo "setup.sh: installing requirements-tfds.txt into $name/tfds-site (TensorFlow for the TFDS test only)"
   rm -rf "$venv/tfds-site"
-  "${pip[@]}" install -q --no-deps --target "$venv/tfds-site" -r "$here/requirements-tfds.txt"
+  "${pip[@]}" install -q --no-compile --no-deps --target "$venv/tfds-site" -r "$here/requirements-tfds.txt"
   mkdir -p "$venv/tfds-site" && echo "$tfds_hash" > "$venv/tfds-site/.setup-stamp"
 fi
 if (( ! gpu )); then
@@ -175,12 +196,16 @@ if (( ! gpu )); then
   if [[ ! -f "$old_site/.setup-stamp" || "$(cat "$old_site/.setup-stamp")" != "$old_hash" ]]; then
     echo "setup.sh: installing requirements-maxtext-0.2.4.txt into $name/maxtext-0.2.4-site (the oldest supported maxtext)"
     rm -rf "$old_site"
-    "${pip[@]}" install -q --no-deps --target "$old_site" -r "$here/requirements-maxtext-0.2.4.txt"
+    "${pip[@]}" install -q --no-compile --no-deps --target "$old_site" -r "$here/requirements-maxtext-0.2.4.txt"
     mkdir -p "$old_site" && echo "$old_hash" > "$old_site/.setup-stamp"
   fi
 fi
 
 echo "setup.sh: installing this project into $name (pip install --no-deps -e .)"
-"${pip[@]}" install -q --no-deps -e "$here"
+"${pip[@]}" install -q --no-compile --no-deps -e "$here"
+folders=("$(purelib "$venv/bin/python")")
+(( gpu )) || folders+=("$venv/tfds-site" "$venv/maxtext-0.2.4-site")
+echo "setup.sh: byte-compiling what was installed (on every core)"
+byte_compile "$venv/bin/python" "$name" "${folders[@]}"
 echo "$stamp_value" > "$stamp"
 echo "setup.sh: done; use $venv/bin/python"

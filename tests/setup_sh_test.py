@@ -97,14 +97,15 @@ def test_export_wants_python_3_11_and_not_beside_gpu(sandbox: dict[str, pathlib.
   assert not (sandbox["repo"] / ".venv").exists()
 
 
-# A Python 3.12 that creates venvs by copying itself and logs every pip call (with the TE build variable) to
-# $FAKE_LOG; it answers setup.sh's other one-line questions like a fresh venv without TE would.
+# A Python 3.12 that creates venvs by copying itself and logs every pip and compileall call (pip's with the TE build
+# variable) to $FAKE_LOG; it answers setup.sh's other one-line questions like a fresh venv without TE would.
 _RECORDING_PYTHON = r"""#!/bin/sh
 case "$1" in
   -m)
     case "$2" in
       venv) mkdir -p "$3/bin" && cp "$0" "$3/bin/python" && exit 0 ;;
       pip) shift 2; echo "pip NVTE=${NVTE_BUILD_USE_NVIDIA_WHEELS:-} $*" >> "$FAKE_LOG"; exit 0 ;;
+      compileall) shift 2; echo "compileall $*" >> "$FAKE_LOG"; exit 0 ;;
     esac ;;
   -c)
     case "$2" in
@@ -153,15 +154,16 @@ def test_gpu_install_order_and_flags(recording: dict[str, pathlib.Path]) -> None
   venv = recording["home"] / "gpu-env"  # relative to the current directory
   assert (venv / "bin" / "python").exists() and (venv / ".setup-stamp").exists(), out
   repo = recording["repo"]
-  assert len(calls) == 5, calls
-  assert calls[0].endswith(f"install -q --no-deps -r {repo}/requirements.txt"), calls[0]
-  assert calls[1].endswith(f"install -q --no-deps -r {repo}/requirements-tfds.txt"), calls[1]  # into the venv
-  assert calls[2].startswith("pip NVTE= ") and "install -q -r " in calls[2], calls[2]  # stage 1: resolved wheels
+  assert len(calls) == 6, calls
+  assert calls[0].endswith(f"install -q --no-compile --no-deps -r {repo}/requirements.txt"), calls[0]
+  assert calls[1].endswith(f"install -q --no-compile --no-deps -r {repo}/requirements-tfds.txt"), calls[1]  # the venv
+  assert calls[2].startswith("pip NVTE= ") and "install -q --no-compile -r " in calls[2], calls[2]  # stage 1: wheels
   stage1 = pathlib.Path(calls[2].rsplit(" ", 1)[1])
   assert not stage1.exists()  # a temp file, removed on exit
-  assert calls[3] == "pip NVTE=1 --disable-pip-version-check install -q --no-build-isolation --no-deps " \
+  assert calls[3] == "pip NVTE=1 --disable-pip-version-check install -q --no-compile --no-build-isolation --no-deps " \
                      "transformer-engine-jax==2.20.2", calls[3]
-  assert calls[4].endswith(f"install -q --no-deps -e {repo}"), calls[4]
+  assert calls[4].endswith(f"install -q --no-compile --no-deps -e {repo}"), calls[4]
+  assert calls[5] == f"compileall -qq -j 0 {recording['site']}", calls[5]  # what pip no longer compiles, last
   assert (recording["site"] / "nvidia" / "cudart").resolve() == recording["site"] / "nvidia" / "cuda_runtime"
   assert "import transformer_engine.jax fails here" in out and "libcuda.so.1" in out, out
   assert not (venv / "tfds-site").exists()  # --gpu puts TensorFlow in the venv itself
@@ -174,14 +176,17 @@ def test_cpu_install_targets_venv_tfds_site_and_maxtext_024_site(recording: dict
   rc, out, calls = _run_recorded(recording, venv_env=str(recording["home"] / "cpu-env"))
   assert rc == 0, out
   repo, venv = recording["repo"], recording["home"] / "cpu-env"
-  assert [c.split(" install ", 1)[1] for c in calls] == [
-      f"-q --no-deps -r {repo}/requirements.txt",
-      f"-q --no-deps --target {venv}/tfds-site -r {repo}/requirements-tfds.txt",
-      f"-q --no-deps --target {venv}/maxtext-0.2.4-site -r {repo}/requirements-maxtext-0.2.4.txt",
-      f"-q --no-deps -e {repo}",
+  assert [c.split(" install ", 1)[1] for c in calls[:-1]] == [
+      f"-q --no-compile --no-deps -r {repo}/requirements.txt",
+      f"-q --no-compile --no-deps --target {venv}/tfds-site -r {repo}/requirements-tfds.txt",
+      f"-q --no-compile --no-deps --target {venv}/maxtext-0.2.4-site -r {repo}/requirements-maxtext-0.2.4.txt",
+      f"-q --no-compile --no-deps -e {repo}",
   ], calls
+  # What pip no longer compiles, compiled last on every core: the venv and the two folders beside it.
+  assert calls[-1] == f"compileall -qq -j 0 {recording['site']} {venv}/tfds-site {venv}/maxtext-0.2.4-site", calls
   rc, out, calls = _run_recorded(recording, "--venv", str(venv))
   assert rc == 0 and calls == [] and "is up to date" in out, (out, calls)
   (repo / "pyproject.toml").write_text((repo / "pyproject.toml").read_text() + "\n# changed\n")
   rc, out, calls = _run_recorded(recording, "--venv", str(venv))  # the project changed: lock + project only
-  assert rc == 0 and len(calls) == 2 and calls[1].endswith(f"-e {repo}"), (out, calls)
+  assert rc == 0 and len(calls) == 3 and calls[1].endswith(f"-e {repo}"), (out, calls)
+  assert calls[2].startswith("compileall "), calls
