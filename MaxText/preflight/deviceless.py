@@ -195,8 +195,10 @@ def import_transformer_engine() -> object:
     raise RuntimeError(f"no CUDA wheels under {nvidia}: run ./setup.sh --gpu --venv .venv-gpu")
   for name, folder in (("NVRTC_HOME", "cuda_nvrtc"), ("CURAND_HOME", "curand"), ("CUDNN_HOME", "cudnn")):
     os.environ[name] = str(nvidia / folder)
-  stub_dir = pathlib.Path(tempfile.mkdtemp(prefix="te_stub_libcuda_"))
-  ctypes.CDLL(str(_build_stub_libcuda(stub_dir)), mode=ctypes.RTLD_GLOBAL)
+  # Loaded by path, then its folder removed: the loaded library stays mapped, and a later dlopen("libcuda.so.1")
+  # (jax's CUDA plugin, TE) finds it by its soname among the loaded ones. Before, every import left a folder in /tmp.
+  with tempfile.TemporaryDirectory(prefix="te_stub_libcuda_") as stub_dir:
+    ctypes.CDLL(str(_build_stub_libcuda(pathlib.Path(stub_dir))), mode=ctypes.RTLD_GLOBAL)
   for folder in _PRELOAD:
     _preload(nvidia / folder)
   module = importlib.import_module("transformer_engine.jax")

@@ -13,8 +13,10 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import pathlib
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -32,10 +34,15 @@ def _taps() -> tuple:
 
 
 def _preflight(*args: str) -> subprocess.CompletedProcess:
+  """The pre-flight in a new process, with a temp folder of its own, which it must leave without the stub driver's
+  folder (MaxText.preflight.deviceless builds one per process)."""
   env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # the suite's 4 CPU devices are not the user's
-  proc = subprocess.run([sys.executable, "-m", "MaxText.preflight", *args], cwd=REPO_ROOT, env=env,
-                        capture_output=True, text=True, timeout=600, check=False)
-  print(proc.stdout[-3000:], proc.stderr[-2000:])
+  with tempfile.TemporaryDirectory() as tmp:
+    proc = subprocess.run([sys.executable, "-m", "MaxText.preflight", *args], cwd=REPO_ROOT, env={**env, "TMPDIR": tmp},
+                          capture_output=True, text=True, timeout=600, check=False)
+    print(proc.stdout[-3000:], proc.stderr[-2000:])
+    left = sorted(p.name for p in pathlib.Path(tmp).glob("te_stub_libcuda_*"))
+  assert not left, left
   return proc
 
 
