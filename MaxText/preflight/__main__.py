@@ -38,10 +38,9 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")  # the compile-only GPUs come from
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # XLA's INFO lines (its scheduler's, per computation) bury the report
 
 # pylint: disable=wrong-import-position  # after the environment above
-from MaxText.backends import environment
-from MaxText.integration import cli, seam
-from MaxText.preflight import PROG, library, programs, report, run
-from MaxText.preflight.library import fail
+# The arguments are checked before maxtext, jax and TransformerEngine import (about 6 s): these three import neither.
+from MaxText.integration import cli
+from MaxText.preflight import PROG, comparisons
 from MaxText.preflight.targets import TARGETS
 
 
@@ -59,25 +58,30 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                       help="predict the step time, also for the programs --predict-against names (one compile each)")
   parser.add_argument("--predict-against", metavar="NAMES",
                       help="comma-separated programs to compare with (implies --predict; default: all that run on the "
-                           f"target): {', '.join(f'{c.name} ({c.what})' for c in programs.COMPARISONS.values())}")
+                           f"target): {', '.join(f'{c.name} ({c.what})' for c in comparisons.COMPARISONS.values())}")
   args = parser.parse_intermixed_args(argv)  # key=value overrides may come after the options
   if args.target not in TARGETS:
-    fail(f"--target {args.target!r} is not a GPU the plugin describes; valid: {', '.join(sorted(TARGETS))}")
+    cli.fail(PROG, f"--target {args.target!r} is not a GPU the plugin describes; valid: {', '.join(sorted(TARGETS))}")
   try:
-    args.against = programs.against(args.predict_against, TARGETS[args.target])
+    args.against = comparisons.against(args.predict_against, TARGETS[args.target])
   except ValueError as e:
-    fail(str(e))
+    cli.fail(PROG, str(e))
   args.predict = args.predict or args.predict_against is not None
   if args.devices < 1:
-    fail(f"--devices {args.devices}: give the number of GPUs the run uses (1 or more)")
+    cli.fail(PROG, f"--devices {args.devices}: give the number of GPUs the run uses (1 or more)")
   bad = [o for o in args.overrides if "=" not in o]
   if bad:
-    fail(f"{bad[0]!r} is not key=value; overrides look like per_device_batch_size=2")
+    cli.fail(PROG, f"{bad[0]!r} is not key=value; overrides look like per_device_batch_size=2")
   return args
 
 
 def main(argv: Sequence[str]) -> int:
   args = parse_args(argv)
+  # pylint: disable-next=import-outside-toplevel  # maxtext, jax, TE: once the arguments hold
+  from MaxText.backends import environment
+  from MaxText.integration import seam  # pylint: disable=import-outside-toplevel
+  from MaxText.preflight import library  # pylint: disable=import-outside-toplevel
+
   fraction = library.mem_fraction()
   seam.register()
   seam.install_cli_error_handler(cli.one_line_config_errors([PROG, args.config], PROG))
@@ -120,6 +124,7 @@ def _after_the_report() -> Iterator[None]:
 
 def _report(args: argparse.Namespace, fraction: float) -> int:
   """The pre-flight of `args` once the target's environment is being answered: the report, the JSON, the verdict."""
+  from MaxText.preflight import library, report, run  # pylint: disable=import-outside-toplevel  # maxtext: as in main
   outcome = run.preflight(args.config, args.overrides, args.target, args.devices, fraction=fraction,
                           overhead=not args.no_overhead, against=args.against if args.predict else None)
   print("\n".join(outcome.lines))
@@ -129,7 +134,7 @@ def _report(args: argparse.Namespace, fraction: float) -> int:
     print(f"wrote {args.json}")
   memory = outcome.memory
   if not memory.fits:
-    fail(f"does not fit: {report.gib(memory.peak)} per device > {report.gib(memory.device)} jax may use on a "
+    library.fail(f"does not fit: {report.gib(memory.peak)} per device > {report.gib(memory.device)} jax may use on a "
          f"{outcome.target.name} ({memory.fraction:.0%}) by {report.gib(-memory.margin)}")
   return 0
 

@@ -1,11 +1,14 @@
 # Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
 """The step-time roofline (MaxText.preflight.predict) on hand-built kernels, against arithmetic done here from the
 datasheet numbers (so a wrong peak, bandwidth or classification changes a result and fails a test); the
-comparison table (MaxText.preflight.programs); and the scoped switch to maxtext's own quantization
-(MaxText.integration.hooks.maxtext_quantization) the nvfp4_all comparison compiles under."""
+comparison table (MaxText.preflight.programs, .comparisons) and the command line's refusals before maxtext imports;
+and the scoped switch to maxtext's own quantization (MaxText.integration.hooks.maxtext_quantization) the nvfp4_all
+comparison compiles under."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import types
 
 import pytest
@@ -15,6 +18,7 @@ from MaxText.preflight import predict, programs
 from MaxText.preflight.classify import Math, Work
 from MaxText.preflight.kernels import Kernel
 from MaxText.preflight.targets import TARGETS
+from tests.helpers import REPO_ROOT
 from tests.helpers import settings as nvfp4_settings
 
 #: Datasheet figures, dense, per GPU, as the tests expect them (MaxText/preflight/targets.py cites the sources).
@@ -129,6 +133,21 @@ def test_predict_against_names_known_programs_once_and_refuses_the_rest():
     programs.against(",", gb300)
   with pytest.raises(ValueError, match="NVIDIA H100 80GB HBM3 has no FP4 tensor cores"):
     programs.against("nvfp4_all", h100)
+
+
+@pytest.mark.parametrize("args", [["--target", "a100", "--devices", "1"],
+                                  ["--target", "b200", "--devices", "1", "--predict-against", "fp4"],
+                                  ["--target", "b200", "--devices", "0"]], ids=["target", "comparison", "devices"])
+def test_the_command_line_refuses_its_arguments_before_importing_maxtext_or_jax(args):
+  """A mistyped --target, --predict-against or --devices is said in a fraction of a second, not after the 6 s that
+  maxtext, jax and TransformerEngine take to import (MaxText.preflight.comparisons). The messages themselves are
+  tests/te/preflight_test.py's."""
+  code = ("import sys\nfrom MaxText.preflight import __main__ as cli\n"
+          f"try:\n  cli.parse_args(['c.yml', *{args!r}])\nexcept SystemExit as e:\n  print(e.code)\n"
+          "print(sorted(m for m in ('jax', 'maxtext', 'transformer_engine', 'tensorflow') if m in sys.modules))")
+  out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, check=True)
+  assert out.stdout.split() == ["2", "[]"], out.stdout + out.stderr
+  assert out.stderr.startswith("MaxText.preflight: "), out.stderr
 
 
 def test_a_comparison_replaces_the_run_s_own_setting_of_its_keys_and_switches_the_taps_off():
