@@ -123,6 +123,8 @@ def test_a_step_too_large_for_the_gpu_exits_2_saying_by_how_much(te):
                     "base_num_decoder_layers=4", "--target", "b200", "--devices", "1", "--no-overhead")
   assert proc.returncode == 2
   assert "does NOT fit" in proc.stdout
+  compiled = [line for line in proc.stdout.splitlines() if line.startswith("compiled the train step")]
+  assert [line.split(": ", 1)[1] for line in compiled] == ["this run"]  # --no-overhead: no second compile
   line = _last_line(proc.stderr)
   assert line.startswith("MaxText.preflight: does not fit: ") and "NVIDIA B200 (75%) by " in line, line
 
