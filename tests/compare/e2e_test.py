@@ -1,5 +1,8 @@
 # Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
-"""End to end: two tiny real runs on the local corpus (no quantization vs maxtext's fp8), then the comparison CLI."""
+"""End to end: two tiny real runs on the local corpus (no quantization vs maxtext's fp8), then the comparison CLI.
+
+The runs are forked from the suite's warm process (helpers.train_cli): what is checked is the comparison CLI, in a
+process of its own; the training CLI's own behaviour in a new interpreter is train_test.py's."""
 
 import pathlib
 import subprocess
@@ -10,19 +13,20 @@ import pytest
 from MaxText.compare.report import read_report
 from MaxText.compare.schema import MetricsSource, Status
 from MaxText.data import corpus
+from tests.helpers import train_cli
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 STEPS = 8
 
 
 @pytest.mark.slow
-def test_compare_two_tiny_runs(run_train, tmp_path):
+def test_compare_two_tiny_runs(jax_cache_dir, tmp_path):
   corpus_dir = tmp_path / "corpus"
   corpus.build_corpus(corpus_dir)
   base_dir = tmp_path / "runs"
   for name, quantization in (("bf16", ""), ("fp8", "fp8")):
     (base_dir / name).mkdir(parents=True)  # maxtext does not create metrics_file's folder
-    result = run_train(
+    result = train_cli(
         [
             f"run_name={name}",
             f"base_output_directory={base_dir}",
@@ -30,7 +34,8 @@ def test_compare_two_tiny_runs(run_train, tmp_path):
             f"quantization={quantization}",
             f"metrics_file={base_dir / name / 'metrics.jsonl'}",
             *corpus.corpus_overrides(corpus_dir),
-        ]
+        ],
+        jax_cache_dir,
     )
     assert result.returncode == 0, result.stderr[-3000:]
   out = tmp_path / "report"
