@@ -77,10 +77,10 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 
 def main(argv: Sequence[str]) -> int:
   args = parse_args(argv)
-  # pylint: disable-next=import-outside-toplevel  # maxtext, jax, TE: once the arguments hold
-  from MaxText.backends import environment
-  from MaxText.integration import seam  # pylint: disable=import-outside-toplevel
-  from MaxText.preflight import library  # pylint: disable=import-outside-toplevel
+  # maxtext, jax and TE import only once the arguments hold (seconds; parse_args says a mistake without them).
+  from MaxText.backends import environment  # pylint: disable=import-outside-toplevel  # jax: after parse_args
+  from MaxText.integration import seam  # pylint: disable=import-outside-toplevel  # maxtext: after parse_args
+  from MaxText.preflight import library  # pylint: disable=import-outside-toplevel  # maxtext, TE: after parse_args
 
   fraction = library.mem_fraction()
   seam.register()
