@@ -135,7 +135,7 @@ def _report(args: argparse.Namespace, fraction: float) -> int:
   memory = outcome.memory
   if not memory.fits:
     library.fail(f"does not fit: {report.gib(memory.peak)} per device > {report.gib(memory.device)} jax may use on a "
-         f"{outcome.target.name} ({memory.fraction:.0%}) by {report.gib(-memory.margin)}")
+                 f"{outcome.target.name} ({memory.fraction:.0%}) by {report.gib(-memory.margin)}")
   return 0
 
 
