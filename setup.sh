@@ -73,16 +73,16 @@ find_python() {
   return 1
 }
 
-# Byte-compiles the installed modules on every core, for the installs below that pass --no-compile: pip compiles one
-# file at a time, which was 49 of the 82 s that requirements.txt took to install on 2 cores (and its share of the
-# GPU and export sets). Compiled here rather than left to the first import: with PYTHONDONTWRITEBYTECODE set (as on
-# CI), a module without a .pyc is compiled again in every process. compileall skips files whose .pyc is current.
-# A file that does not compile is what pip also passes over (it ignores its compile errors): said, not fatal.
 # The venv's site-packages, as its interpreter ($1) says.
 purelib() {
   "$1" -c 'import sysconfig; print(sysconfig.get_path("purelib"))'
 }
 
+# Byte-compiles the installed modules on every core, for the installs below that pass --no-compile: pip compiles one
+# file at a time, which was 49 of the 82 s that requirements.txt took to install on 2 cores (and its share of the
+# GPU and export sets). Compiled here rather than left to the first import: with PYTHONDONTWRITEBYTECODE set (as on
+# CI), a module without a .pyc is compiled again in every process. compileall skips files whose .pyc is current.
+# A file that does not compile is what pip also passes over (it ignores its compile errors): said, not fatal.
 byte_compile() {
   local python="$1" name="$2"
   shift 2
