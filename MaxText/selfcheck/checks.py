@@ -108,11 +108,15 @@ def _operand_result(operand: Operand, cases: list[dict[str, Any]], draws: int) -
   return Result("quantization", operand.name, ok, "; ".join(parts), values)
 
 
+#: Our quantization of an operand (audit.encode), compiled once per operand and shape: op by op, each of its
+#: operations would compile a program of its own, which is most of a check's time on a CPU.
+_encode = jax.jit(audit.encode, static_argnums=1)
+
+
 def quantization(candidate: Candidate, shapes: Sequence[Shape], recipe: GemmRecipe, draws: int = 16,
                  seed: int = 0) -> list[Result]:
   """The candidate's quantization of every operand against ours (module docstring), one row per operand."""
   quantize = jax.jit(candidate.quantize, static_argnums=1)
-  encode = jax.jit(audit.encode, static_argnums=1)
   rows = []
   draws_key = jax.random.key(seed)
   for o, operand in enumerate(gemm_operands(recipe)):
@@ -120,7 +124,7 @@ def quantization(candidate: Candidate, shapes: Sequence[Shape], recipe: GemmReci
     for s, shape in enumerate(shapes):
       for d, distribution in enumerate(tensors.DISTRIBUTIONS):
         tensor = tensors.tensor(shape.of(operand.source), distribution, seed * 101 + d)
-        ours = jax.tree.map(np.asarray, encode(tensor, operand))
+        ours = jax.tree.map(np.asarray, _encode(tensor, operand))
         case = f"{distribution} {shape.of(operand.source)}"
         # Independent draws in every tensor: the operand's z sums their deviations.
         key = jax.random.fold_in(draws_key, (o * len(shapes) + s) * len(tensors.DISTRIBUTIONS) + d)
@@ -182,7 +186,7 @@ def gemms(candidate: Candidate, shapes: Sequence[Shape], recipe: GemmRecipe, see
     w = tensors.tensor(shape.of("w"), "normal", seed + 1)
     dy = tensors.tensor(shape.of("dy"), "normal", seed + 2)
     got = jax.jit(lambda a, b, c: candidate.gemms(a, b, c, recipe))(x, w, dy)
-    q = {name: _dequantized(audit.encode({"x": x, "w": w, "dy": dy}[op.source], op), recipe.format)
+    q = {name: _dequantized(_encode({"x": x, "w": w, "dy": dy}[op.source], op), recipe.format)
          for name, op in operands.items()}
     w_kn = q["fprop_w"] if recipe.weight_2d else q["fprop_w"].T  # a 1D W is blocked along K: (n, k) -> (k, n)
     references = {"fprop": (q["fprop_x"], w_kn, shape.k), "dgrad": (q["dgrad_dy"], w_kn.T, shape.n),

@@ -97,7 +97,7 @@ def _audit_module(step: int, interval: int, previous: float) -> np.ndarray:
   x, w, dy = _operands()
   module = Nvfp4DotGeneral(settings=settings(audit_interval=interval))
   rngs = {"params": jax.random.key(1), "dropout": jax.random.key(2)}
-  variables = module.init(rngs, x, w, _DIMS)
+  variables = jax.jit(lambda rngs, x, w: module.init(rngs, x, w, _DIMS))(rngs, x, w)
   sink = jnp.full_like(variables[STATS_COLLECTION][AUDIT.variable], previous)
 
   def apply(x, w, sink):
@@ -105,7 +105,7 @@ def _audit_module(step: int, interval: int, previous: float) -> np.ndarray:
       return module.apply({**variables, STATS_COLLECTION: {AUDIT.variable: sink}}, x, w, _DIMS, rngs=rngs,
                           mutable=["aqt"])[0]
 
-  return np.asarray(jax.vjp(apply, x, w, sink)[1](dy)[2])
+  return np.asarray(jax.jit(lambda x, w, sink: jax.vjp(apply, x, w, sink)[1](dy)[2])(x, w, sink))
 
 
 def _audit_tap(candidate) -> np.ndarray:
@@ -121,7 +121,7 @@ def _audit_tap(candidate) -> np.ndarray:
                       jnp.bool_(True))
     return jnp.sum(gemm(x, w, jax.random.key(3)).astype(jnp.float32) * dy.astype(jnp.float32))
 
-  return np.asarray(jax.grad(loss)(measure.empty()))
+  return np.asarray(jax.jit(jax.grad(loss))(measure.empty()))
 
 
 def test_the_audit_of_the_emulated_backend_finds_nothing_and_a_faulty_quantizer_is_found():

@@ -33,6 +33,11 @@ def test_a_code_is_accepted_only_as_a_neighbour_of_its_scaled_input(scaled, code
   assert bool(audit.neighbours(_codes([code]), jnp.asarray([scaled], jnp.float32))[0]) is neighbour
 
 
+#: The audit's two functions compiled once per operand (op by op, each of their operations compiles on its own).
+_encode = jax.jit(audit.encode, static_argnums=1)
+_audited = jax.jit(audit.audited, static_argnums=1)
+
+
 def _x(seed: int = 0) -> jax.Array:
   """A 64 x 32 bf16 tensor whose second half of rows is twice as large: its first half's amax is below the whole's."""
   x = jax.random.normal(jax.random.key(seed), (64, 32), jnp.float32)
@@ -45,19 +50,19 @@ def test_an_honest_shard_amax_passes_and_an_amax_above_the_whole_is_flagged(name
   it) is no mismatch; an amax one ulp above the whole tensor's is one, and only the amax column counts it."""
   operand = _OPERANDS[name]
   x = _x()
-  shard = audit.encode(x[:32], operand).amax
-  whole = audit.encode(x, operand).amax
+  shard = _encode(x[:32], operand).amax
+  whole = _encode(x, operand).amax
   assert float(shard) < float(whole)
-  honest = audit.encode(x, operand, amax=shard)
-  assert audit.audited(x, operand, honest.codes, honest.scales, shard).tolist() == [0.0, 0.0, 0.0]
+  honest = _encode(x, operand, amax=shard)
+  assert _audited(x, operand, honest.codes, honest.scales, shard).tolist() == [0.0, 0.0, 0.0]
   above = jnp.nextafter(whole, jnp.float32(jnp.inf))
-  dishonest = audit.encode(x, operand, amax=above)
-  assert audit.audited(x, operand, dishonest.codes, dishonest.scales, above).tolist() == [0.0, 0.0, 1.0]
+  dishonest = _encode(x, operand, amax=above)
+  assert _audited(x, operand, dishonest.codes, dishonest.scales, above).tolist() == [0.0, 0.0, 1.0]
 
 
 def test_a_non_finite_amax_is_flagged_where_ours_is_finite():
   operand = _OPERANDS["fprop_x"]
   x = _x(1)
-  ours = audit.encode(x, operand)
-  counts = audit.audited(x, operand, ours.codes, ours.scales, jnp.float32(np.nan))
+  ours = _encode(x, operand)
+  counts = _audited(x, operand, ours.codes, ours.scales, jnp.float32(np.nan))
   assert float(counts[2]) == 1.0

@@ -1,6 +1,8 @@
 # Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
 """The NVFP4 GEMM: forward and both gradients against an f32 reference built from quantize/dequantize."""
 
+import functools
+
 import jax
 import jax.extend  # noqa: F401  (jax.extend.core.Jaxpr, for walking jaxprs)
 import jax.numpy as jnp
@@ -22,13 +24,18 @@ def _operands(m=64, k=96, n=48, seed=0):
   return x, w, dy
 
 
+@functools.partial(jax.jit, static_argnums=3)
 def _vjp(x, w, dy, recipe):
+  """y, dx and dW of one GEMM, compiled once per shape and recipe (op by op, each of the quantizer's hundred or so
+  operations would compile a program of its own: most of this file's time)."""
   y, pullback = jax.vjp(lambda x, w: nvfp4_dot_general(x, w, _DIMS, key=_KEY, recipe=recipe), x, w)
   return (y, *pullback(dy))
 
 
-def _deq(x, **kw):
-  return dequantize(quantize(x, **kw))
+@functools.partial(jax.jit, static_argnames=("scaling", "rht", "stochastic_rounding"))
+def _deq(x, scaling="1d", rht=False, stochastic_rounding=False, key=None):
+  """quantize then dequantize, compiled (as _vjp)."""
+  return dequantize(quantize(x, scaling=scaling, rht=rht, stochastic_rounding=stochastic_rounding, key=key))
 
 
 def _rel(a, b):
@@ -41,7 +48,7 @@ def _rel(a, b):
 def test_matches_quantize_dequantize_reference(recipe):
   """Each GEMM equals the f32 product of the dequantized operands of the spec's table, to f32 rounding."""
   x, w, dy = _operands()
-  y, dx, dw = jax.jit(_vjp, static_argnums=3)(x, w, dy, recipe)
+  y, dx, dw = _vjp(x, w, dy, recipe)
   w_scaling = "2d" if recipe.weight_2d else "1d"
   sr = recipe.stochastic_rounding
   k_dgrad, k_wgrad = jax.random.split(_KEY) if sr else (None, None)
@@ -89,8 +96,8 @@ def test_stochastic_rounding_is_deterministic_per_key_and_unbiased_over_keys():
   np.testing.assert_array_equal(np.asarray(f(jax.random.key(1))), np.asarray(f(jax.random.key(1))))
   assert not np.array_equal(np.asarray(f(jax.random.key(1))), np.asarray(f(jax.random.key(2))))
   mean = np.mean([np.asarray(f(k)) for k in jax.random.split(jax.random.key(0), 64)], axis=0)
-  nearest = np.asarray(jax.vjp(lambda w: nvfp4_dot_general(x, w, _DIMS, key=None,
-                                                             recipe=GemmRecipe(stochastic_rounding=False)), w)[1](dy)[0])
+  nearest = np.asarray(jax.jit(lambda w: jax.vjp(lambda w: nvfp4_dot_general(
+      x, w, _DIMS, key=None, recipe=GemmRecipe(stochastic_rounding=False)), w)[1](dy)[0])(w))
   exact = np.asarray(_deq(x.T, rht=True).T.T @ dy.astype(jnp.float32))
   assert _rel(mean, exact) < _rel(nearest, exact)
 
@@ -103,11 +110,12 @@ def test_stochastic_rounding_is_deterministic_per_key_and_unbiased_over_keys():
 def test_maxtext_dimension_numbers(lhs_shape, rhs_shape, dims):
   x = jax.random.normal(jax.random.key(0), lhs_shape, jnp.bfloat16)
   w = jax.random.normal(jax.random.key(1), rhs_shape, jnp.float32)
-  y = nvfp4_dot_general(x, w, dims, key=_KEY)
+  y = jax.jit(lambda x, w: nvfp4_dot_general(x, w, dims, key=_KEY))(x, w)
   ref = jax.lax.dot_general(x.astype(jnp.float32), w, dims)
   assert y.shape == ref.shape and y.dtype == x.dtype
   assert _rel(y, ref) < 0.2
-  dx, dw = jax.grad(lambda x, w: nvfp4_dot_general(x, w, dims, key=_KEY).astype(jnp.float32).sum(), (0, 1))(x, w)
+  dx, dw = jax.jit(jax.grad(lambda x, w: nvfp4_dot_general(x, w, dims, key=_KEY).astype(jnp.float32).sum(),
+                            (0, 1)))(x, w)
   assert dx.shape == x.shape and dw.shape == w.shape and dw.dtype == jnp.float32
   dx_ref, dw_ref = jax.grad(lambda x, w: jax.lax.dot_general(x.astype(jnp.float32), w, dims).sum(), (0, 1))(x, w)
   assert _rel(dx, dx_ref) < 0.2 and _rel(dw, dw_ref) < 0.25
@@ -177,8 +185,8 @@ def test_remat_policy_saves_quantized_residuals():
                        ("none", jax.checkpoint_policies.nothing_saveable)):
     counts[name] = str(jax.make_jaxpr(jax.grad(lambda x, w: loss(x, w, policy), (0, 1)))(x, w)).count("reduce_max")
   assert counts["save"] < counts["none"], counts
-  g_save = jax.grad(lambda w: loss(x, w, jax.checkpoint_policies.save_only_these_names(QUANTIZATION_NAME)))(w)
-  g_none = jax.grad(lambda w: loss(x, w, jax.checkpoint_policies.nothing_saveable))(w)
+  g_save = jax.jit(jax.grad(lambda w: loss(x, w, jax.checkpoint_policies.save_only_these_names(QUANTIZATION_NAME))))(w)
+  g_none = jax.jit(jax.grad(lambda w: loss(x, w, jax.checkpoint_policies.nothing_saveable)))(w)
   np.testing.assert_array_equal(np.asarray(g_save), np.asarray(g_none))
 
 
@@ -207,7 +215,7 @@ def test_non_finite_operand_gives_non_finite_outputs(recipe, bad, where):
   x, w, dy = (np.array(a, np.float32) for a in _operands(64, 96, 48, seed=4))
   {"x": x, "w": w, "dy": dy}[where][17, 33] = bad
   x, dy = jnp.asarray(x, jnp.bfloat16), jnp.asarray(dy, jnp.bfloat16)
-  y, dx, dw = jax.jit(_vjp, static_argnums=3)(x, jnp.asarray(w), dy, recipe)
+  y, dx, dw = _vjp(x, jnp.asarray(w), dy, recipe)
   reads = {"x": (y, dw), "w": (y, dx), "dy": (dx, dw)}[where]
   for out in reads:
     assert not np.all(np.isfinite(np.asarray(out, np.float32)))
@@ -223,7 +231,6 @@ def test_stochastic_rounding_decides_each_block_of_dy_on_its_own():
   x = jnp.ones((32, 64), jnp.bfloat16)
   w = jax.random.normal(jax.random.key(1), (64, 48), jnp.float32)
   dy = jnp.broadcast_to(jnp.linspace(0.3, 5.7, 48, dtype=jnp.float32), (32, 48)).astype(jnp.bfloat16)
-  _, pullback = jax.vjp(lambda a, b: nvfp4_dot_general(a, b, (((1,), (0,)), ((), ())), key=jax.random.key(5),
-                                                       recipe=GemmRecipe()), x, w)
-  dx, _ = pullback(dy)
+  dx = jax.jit(lambda x, w, dy: jax.vjp(lambda a, b: nvfp4_dot_general(a, b, _DIMS, key=jax.random.key(5),
+                                                                      recipe=GemmRecipe()), x, w)[1](dy)[0])(x, w, dy)
   assert len({tuple(r) for r in np.asarray(dx, np.float32)}) > 16

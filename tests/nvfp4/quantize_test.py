@@ -13,6 +13,7 @@ import pytest
 from hypothesis import strategies as st
 
 from MaxText.nvfp4 import Nvfp4Tensor, dequantize, quantize
+from MaxText.nvfp4.quantize import quantize_block_scaled
 from tests.helpers import examples
 from tests.nvfp4 import reference
 
@@ -20,6 +21,15 @@ from tests.nvfp4 import reference
 @functools.partial(jax.jit, static_argnames=("scaling", "rht"))
 def _jit_quantize(x, scaling="1d", rht=False):
   return quantize(x, scaling=scaling, rht=rht)
+
+
+#: The functions under test compiled once per shape and arguments, for the tests that check values rather than
+#: eager dispatch (op by op, each of the quantizer's hundred or so operations compiles a program of its own). The
+#: plain functions still run eagerly where that is the point: test_pytree_jit_and_vmap, the NaN/Inf test's second
+#: half and test_errors.
+_quantize = jax.jit(quantize, static_argnames=("scaling", "rht", "stochastic_rounding"))
+_dequantize = jax.jit(dequantize)
+_block_scaled = jax.jit(quantize_block_scaled, static_argnames=("scaling", "rht", "stochastic_rounding", "axis"))
 
 
 def assert_bit_exact(x: np.ndarray, scaling: str = "1d", rht: bool = False) -> None:
@@ -47,7 +57,7 @@ def assert_bit_exact(x: np.ndarray, scaling: str = "1d", rht: bool = False) -> N
 def test_hand_computed_block():
   """amax 6: S_enc = 448, mult = 448 * f32(1/6) = 74.66667; block amax 6 -> sdec 448 -> s8 448, enc = 1."""
   x = np.array([6.0, -3.0, 2.5, 1.25, 0.75, 0.25, -0.1, 5.0, 0, 0, 0, 0, 0, 0, 0, 0.5], np.float32)
-  t = quantize(x)
+  t = _quantize(x)
   np.testing.assert_array_equal(
       np.asarray(t.data).astype(np.float32),
       np.array([6, -3, 2, 1, 1, 0, -0.0, 4, 0, 0, 0, 0, 0, 0, 0, 0.5], np.float32),
@@ -60,11 +70,11 @@ def test_hand_computed_two_blocks_scale_rounding():
   """Second block amax 1: sdec = 1 * 74.66667 rounds (e4m3 RNE) to 72; enc = 1 / (72 / 448) = 6.2222223."""
   x = np.zeros(32, np.float32)
   x[0], x[16], x[17] = 6.0, 1.0, 0.2
-  t = quantize(x)
+  t = _quantize(x)
   assert float(t.scale[1]) == 72.0
   # 1.0 * 6.2222223 = 6.22 saturates to 6; 0.2 * 6.2222223 = 1.244 -> 1.0 (nearest)
   assert float(t.data[16]) == 6.0 and float(t.data[17]) == 1.0
-  np.testing.assert_allclose(np.asarray(dequantize(t))[16:18], [6 * 72 * 6 / 2688, 72 * 6 / 2688], rtol=1e-6)
+  np.testing.assert_allclose(np.asarray(_dequantize(t))[16:18], [6 * 72 * 6 / 2688, 72 * 6 / 2688], rtol=1e-6)
 
 
 def test_one_sixth_constant_order_matters():
@@ -79,7 +89,7 @@ def test_one_sixth_constant_order_matters():
   assert differ.size > 20, differ.size
   rows = np.zeros((differ.size, 32), np.float32)
   rows[:, 0], rows[:, 16] = amax[differ], bamax[differ]
-  got = np.asarray(jax.vmap(quantize)(rows).scale).view(np.uint8)[:, 1]  # one tensor (global amax) per row
+  got = np.asarray(jax.jit(jax.vmap(quantize))(rows).scale).view(np.uint8)[:, 1]  # one tensor (global amax) per row
   np.testing.assert_array_equal(got, right[differ])
 
 
@@ -123,9 +133,9 @@ def test_bit_exact_edge_cases(dtype, scaling):
 def test_bit_exact_all_zero(dtype):
   x = np.zeros((16, 32), np.float32).astype(dtype)
   assert_bit_exact(x)
-  t = quantize(jnp.asarray(x))
+  t = _quantize(jnp.asarray(x))
   assert float(t.amax) == 0.0 and not np.any(np.asarray(t.scale).astype(np.float32))
-  np.testing.assert_array_equal(np.asarray(dequantize(t)), 0.0)
+  np.testing.assert_array_equal(np.asarray(_dequantize(t)), 0.0)
 
 
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float32])
@@ -189,7 +199,7 @@ def test_bit_exact_rht_property(x):
 @pytest.mark.parametrize("shape", [(16,), (3, 32), (2, 4, 48)])
 def test_shapes_and_dtypes(shape):
   x = jnp.ones(shape, jnp.bfloat16)
-  t = quantize(x)
+  t = _quantize(x)
   assert t.data.shape == shape and t.data.dtype == jnp.float4_e2m1fn
   assert t.scale.shape == shape[:-1] + (shape[-1] // 16,) and t.scale.dtype == jnp.float8_e4m3fn
   assert t.amax.shape == () and t.amax.dtype == jnp.float32
@@ -198,26 +208,26 @@ def test_shapes_and_dtypes(shape):
 def test_2d_scales_repeat_per_tile_and_transpose_sees_same_tiles():
   x = np.random.default_rng(4).standard_normal((64, 32)).astype(np.float32)
   x[0:16, 16:32] *= 100
-  t = quantize(x, "2d")
+  t = _quantize(x, "2d")
   s = np.asarray(t.scale).astype(np.float32)  # (64, 2)
   for r in range(0, 64, 16):
     assert np.all(s[r:r + 16] == s[r])  # each row of a tile group repeats the tile's scale
-  tt = quantize(x.T, "2d")
+  tt = _quantize(x.T, "2d")
   np.testing.assert_array_equal(np.asarray(tt.data).astype(np.float32), np.asarray(t.data).astype(np.float32).T)
-  np.testing.assert_array_equal(np.asarray(dequantize(tt)), np.asarray(dequantize(t)).T)
+  np.testing.assert_array_equal(np.asarray(_dequantize(tt)), np.asarray(_dequantize(t)).T)
 
 
 @pytest.mark.parametrize("scaling,rht", [("1d", False), ("2d", False), ("1d", True)])
 def test_dequantize_close_to_input(scaling, rht):
   x = jax.random.normal(jax.random.key(0), (64, 256), jnp.float32)
-  y = dequantize(quantize(x.astype(jnp.bfloat16), scaling, rht=rht))
+  y = _dequantize(_quantize(x.astype(jnp.bfloat16), scaling, rht=rht))
   rel = float(jnp.linalg.norm(y - x) / jnp.linalg.norm(x))
   assert rel < 0.14, rel  # E2M1 with per-block scales: ~9-12% relative RMS error on Gaussian data
 
 
 def test_rht_describes_transformed_tensor():
   x = jax.random.normal(jax.random.key(1), (16, 64), jnp.bfloat16)
-  t = quantize(x, rht=True)
+  t = _quantize(x, rht=True)
   assert t.rht
   assert float(t.amax) == float(jnp.max(jnp.abs(reference.rht_bf16(np.asarray(x)).astype(np.float32))))
 
@@ -274,11 +284,9 @@ def test_errors():
                                 dict(stochastic_rounding=True, key=jax.random.key(3))])
 def test_block_scaled_equals_quantize(kw):
   """The GEMM's operand form is e2m1 * f32(scale) of exactly what quantize returns."""
-  from MaxText.nvfp4.quantize import quantize_block_scaled  # pylint: disable=import-outside-toplevel
-
   x = jax.random.normal(jax.random.key(0), (32, 64), jnp.bfloat16) * 3
-  t = quantize(x, **kw)
-  values, amax = quantize_block_scaled(x, **kw)
+  t = _quantize(x, **kw)
+  values, amax = _block_scaled(x, **kw)
   want = (np.asarray(t.data).astype(np.float32).reshape(32, 4, 16)
           * np.asarray(t.scale).astype(np.float32)[..., None]).reshape(32, 64)
   assert values.dtype == jnp.bfloat16  # exact: e2m1 * e4m3 has at most 5 significant bits
@@ -292,8 +300,6 @@ def test_block_scaled_equals_quantize(kw):
                          ids=["rne", "rht", "sr", "rht_sr"])
 def test_block_scaled_in_place_along_axis_0_equals_the_transpose(dtype, kw):
   """axis=0 (the wgrad operands x^T, dY^T, never transposed) == quantizing x.T, random bits included."""
-  from MaxText.nvfp4.quantize import quantize_block_scaled  # pylint: disable=import-outside-toplevel
-
   rng = np.random.default_rng(6)
   x = np.exp2(rng.uniform(-10, 12, (96, 48))) * rng.choice([-1, 1], (96, 48))  # sums that round in the RHT
   x[rng.integers(0, 96, 5), rng.integers(0, 48, 5)] *= 1e3
@@ -303,7 +309,7 @@ def test_block_scaled_in_place_along_axis_0_equals_the_transpose(dtype, kw):
   assert got.shape == x.shape and float(got_amax) == float(want_amax)
   np.testing.assert_array_equal(np.asarray(got).view(np.uint16), np.asarray(want).T.view(np.uint16))
   if "key" in kw:  # the bits follow the transpose's element order, not x's
-    plain = quantize_block_scaled(x, axis=0, **{**kw, "stochastic_rounding": False, "key": None})[0]
+    plain = _block_scaled(x, axis=0, **{**kw, "stochastic_rounding": False, "key": None})[0]
     assert not np.array_equal(np.asarray(got), np.asarray(plain))
 
 
@@ -312,11 +318,9 @@ def test_block_scaled_in_place_along_axis_0_equals_the_transpose(dtype, kw):
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
 def test_block_scaled_makes_a_non_finite_block_nan(kw, bad):
   """The GEMM operand of a block holding NaN/Inf is NaN (quantize keeps TE's 448/+6); the rest is unchanged."""
-  from MaxText.nvfp4.quantize import quantize_block_scaled  # pylint: disable=import-outside-toplevel
-
   x = np.asarray(jax.random.normal(jax.random.key(0), (32, 64), jnp.float32)) * 3
   x[5, 20] = bad
-  values, _ = quantize_block_scaled(jnp.asarray(x, jnp.bfloat16), **kw)
+  values, _ = _block_scaled(jnp.asarray(x, jnp.bfloat16), **kw)
   values = np.asarray(values).astype(np.float32)
   rows = slice(0, 16) if kw.get("scaling") == "2d" or kw.get("axis") == 0 else slice(5, 6)
   cols = slice(16, 32) if kw.get("axis") != 0 else slice(20, 21)
@@ -330,13 +334,11 @@ def test_block_scaled_makes_a_non_finite_block_nan(kw, bad):
 def test_stochastic_rounding_decides_each_block_on_its_own(axis):
   """Blocks with identical inputs get different rounding decisions under one key (independent random bits per
   element, not per position in a block): 64 identical blocks of values halfway between grid points."""
-  from MaxText.nvfp4.quantize import quantize_block_scaled  # pylint: disable=import-outside-toplevel
-
   block = jnp.linspace(0.3, 5.7, 16, dtype=jnp.float32)  # amax 5.7 -> scale ~1: most values between grid points
   x = jnp.tile(block, (64, 1))  # (64, 16): 64 identical blocks along the last axis
   if axis == 0:
     x = x.T  # 64 identical blocks along axis 0
-  values, _ = quantize_block_scaled(x, "1d", stochastic_rounding=True, key=jax.random.key(3), axis=axis)
+  values, _ = _block_scaled(x, "1d", stochastic_rounding=True, key=jax.random.key(3), axis=axis)
   blocks = np.asarray(values.astype(jnp.float32) if axis == -1 else values.T.astype(jnp.float32))
   distinct = {tuple(row) for row in blocks}
   assert len(distinct) > 32, f"{len(distinct)} distinct roundings of 64 identical blocks"
