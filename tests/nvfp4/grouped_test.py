@@ -158,8 +158,8 @@ def test_stochastic_rounding_decides_each_expert_and_each_block_on_its_own():
   x = jnp.ones((rows, K), jnp.bfloat16)
   dy = jnp.broadcast_to(jnp.linspace(0.3, 5.7, N, dtype=jnp.float32), (rows, N)).astype(jnp.bfloat16)
   sizes = jnp.array([rows // 2, rows // 2], jnp.int32)  # rows 0-15 to expert 0, rows 16-31 to expert 1
-  _, dx, _ = jax.jit(lambda x, w, dy: _vjp(lambda x, w: grouped_matmul(x, w, sizes, key=_KEY, recipe=GemmRecipe(rht=False)),
-                                           x, w, dy))(x, w, dy)
+  gemm = lambda x, w: grouped_matmul(x, w, sizes, key=_KEY, recipe=GemmRecipe(rht=False))  # noqa: E731
+  _, dx, _ = jax.jit(lambda x, w, dy: _vjp(gemm, x, w, dy))(x, w, dy)
   dx = np.asarray(dx, np.float32)
   assert not np.array_equal(dx[:16], dx[16:])  # expert 0 vs expert 1, the same inputs
   assert len({tuple(r) for r in dx[:16]}) > 8  # identical rows of one expert
