@@ -1,8 +1,6 @@
 # Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
 """quantize/dequantize: bit-exactness against the NumPy oracle, hand-computed cases, edge cases, errors."""
 
-import functools
-
 import hypothesis
 import hypothesis.extra.numpy as hnp
 import jax
@@ -17,16 +15,10 @@ from MaxText.nvfp4.quantize import quantize_block_scaled
 from tests.helpers import examples
 from tests.nvfp4 import reference
 
-
-@functools.partial(jax.jit, static_argnames=("scaling", "rht"))
-def _jit_quantize(x, scaling="1d", rht=False):
-  return quantize(x, scaling=scaling, rht=rht)
-
-
-#: The functions under test compiled once per shape and arguments, for the tests that check values rather than
-#: eager dispatch (op by op, each of the quantizer's hundred or so operations compiles a program of its own). The
-#: plain functions still run eagerly where that is the point: test_pytree_jit_and_vmap, the NaN/Inf test's second
-#: half and test_errors.
+#: The functions under test compiled once per shape and arguments, for the tests that check values rather than eager
+#: dispatch, the bit-exact ones among them (op by op, each of the quantizer's hundred or so operations compiles a
+#: program of its own). The plain functions still run eagerly where that is the point: test_pytree_jit_and_vmap, the
+#: NaN/Inf test's second half and test_errors.
 _quantize = jax.jit(quantize, static_argnames=("scaling", "rht", "stochastic_rounding"))
 _dequantize = jax.jit(dequantize)
 _block_scaled = jax.jit(quantize_block_scaled, static_argnames=("scaling", "rht", "stochastic_rounding", "axis"))
@@ -34,7 +26,7 @@ _block_scaled = jax.jit(quantize_block_scaled, static_argnames=("scaling", "rht"
 
 def assert_bit_exact(x: np.ndarray, scaling: str = "1d", rht: bool = False) -> None:
   """data, scale and amax of the jitted JAX quantizer equal the oracle's bit for bit."""
-  t = _jit_quantize(jnp.asarray(x), scaling=scaling, rht=rht)
+  t = _quantize(jnp.asarray(x), scaling=scaling, rht=rht)
   want_q, want_s, want_amax = reference.quantize(np.asarray(x), scaling, rht)
   got_q = np.asarray(t.data).astype(np.float32)
   bad = np.flatnonzero(got_q.view(np.uint32) != want_q.view(np.uint32))
