@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import pathlib
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -27,22 +29,34 @@ def _operands() -> tuple[jax.Array, jax.Array, jax.Array]:
   return x, w, dy
 
 
-def _run(switches: sw.Switches, layer: int | None = None, step: int | None = None):
-  """Forward output and (dx, dW) of one Nvfp4DotGeneral for a cotangent, at a given layer index and step."""
-  x, w, dy = _operands()
+@functools.cache
+def _gemm(switches: sw.Switches, with_step: bool) -> tuple[dict, Callable]:
+  """The variables of one Nvfp4DotGeneral under `switches`, and its forward output and (dx, dW) for a cotangent,
+  compiled once: the layer index and the step are traced arguments, as in training (a scanned layer's index, maxtext's
+  step), so every layer and step of one `switches` runs the same program."""
+  x, w, _ = _operands()
   module = Nvfp4DotGeneral(settings=settings(switches=switches))
   rngs = {"params": jax.random.key(1), "dropout": jax.random.key(2)}
   variables = module.init(rngs, x, w, _DIMS)
+
+  def run(variables, step, x, w, dy):
+    def apply(x, w):
+      if not with_step:
+        return module.apply(variables, x, w, _DIMS, rngs=rngs, mutable=["aqt"])[0]
+      with flags.step_scope(step):
+        return module.apply(variables, x, w, _DIMS, rngs=rngs, mutable=["aqt"])[0]
+
+    return _value_and_vjp(apply, x, w, dy)
+
+  return variables, jax.jit(run)
+
+
+def _run(switches: sw.Switches, layer: int | None = None, step: int | None = None):
+  """Forward output and (dx, dW) of one Nvfp4DotGeneral for a cotangent, at a given layer index and step."""
+  variables, run = _gemm(switches, step is not None)
   if layer is not None:
     variables = {**variables, "aqt": {**variables["aqt"], flags.LAYER_NAME: jnp.int32(layer)}}
-
-  def apply(x, w):
-    if step is None:
-      return module.apply(variables, x, w, _DIMS, rngs=rngs, mutable=["aqt"])[0]
-    with flags.step_scope(jnp.int32(step)):
-      return module.apply(variables, x, w, _DIMS, rngs=rngs, mutable=["aqt"])[0]
-
-  return jax.jit(lambda x, w, dy: _value_and_vjp(apply, x, w, dy))(x, w, dy)
+  return run(variables, jnp.int32(0 if step is None else step), *_operands())
 
 
 def _value_and_vjp(f, x, w, dy):
@@ -50,10 +64,10 @@ def _value_and_vjp(f, x, w, dy):
   return y, vjp(dy)
 
 
+@jax.jit
 def _bf16(x, w, dy):
   """The GEMM maxtext runs unquantized, and its gradients."""
-  return jax.jit(lambda x, w, dy: _value_and_vjp(lambda a, b: jax.lax.dot_general(a, b, _DIMS).astype(a.dtype),
-                                                x, w, dy))(x, w, dy)
+  return _value_and_vjp(lambda a, b: jax.lax.dot_general(a, b, _DIMS).astype(a.dtype), x, w, dy)
 
 
 def _equal(a, b) -> bool:

@@ -4,6 +4,9 @@ their variables, the GEMM's own gradients unchanged."""
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -33,26 +36,35 @@ def _operands():
   return x, w, dy
 
 
-def _run(interval: int, step: int, sink_value: float = 0.0):
-  """y, dx, dW and the statistics variable's gradient of one GEMM call at `step`."""
+@functools.cache
+def _gemm(interval: int) -> tuple[dict, Callable]:
+  """The variables of one GEMM module with statistics every `interval` steps, and its y and gradients (the statistics
+  variable's too) for the cotangent dy, compiled once: the step is a traced argument, as maxtext's is in training."""
   x, w, dy = _operands()
   module = Nvfp4DotGeneral(settings=settings(stats_interval=interval))
   rngs = {"params": jax.random.key(1), "dropout": jax.random.key(2)}
   variables = module.init(rngs, x, w, _DIMS)
-  sink = variables.get(STATS_COLLECTION, {}).get(STATISTICS.variable)
-
-  def apply(x, w, sink):
-    v = variables if sink is None else {**variables, STATS_COLLECTION: {STATISTICS.variable: sink}}
-    with flags.step_scope(jnp.int32(step)):
-      return module.apply(v, x, w, _DIMS, rngs=rngs, mutable=["aqt"])[0]
 
   @jax.jit
-  def run(x, w, sink):
+  def run(step, x, w, sink):
+    def apply(x, w, sink):
+      v = variables if sink is None else {**variables, STATS_COLLECTION: {STATISTICS.variable: sink}}
+      with flags.step_scope(step):
+        return module.apply(v, x, w, _DIMS, rngs=rngs, mutable=["aqt"])[0]
+
     y, vjp = jax.vjp(apply, x, w, sink)
     return y, vjp(dy)
 
+  return variables, run
+
+
+def _run(interval: int, step: int, sink_value: float = 0.0):
+  """y, dx, dW and the statistics variable's gradient of one GEMM call at `step`."""
+  variables, run = _gemm(interval)
+  sink = variables.get(STATS_COLLECTION, {}).get(STATISTICS.variable)
   sink = None if sink is None else jnp.full_like(sink, sink_value)
-  y, (dx, dw, dsink) = run(x, w, sink)
+  x, w, _ = _operands()
+  y, (dx, dw, dsink) = run(jnp.int32(step), x, w, sink)
   return y, dx, dw, dsink
 
 

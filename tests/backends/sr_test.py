@@ -34,6 +34,7 @@ def test_the_same_gemm_rounds_differently_at_the_next_step():
   module = Nvfp4DotGeneral(settings=settings())
   variables = module.init({"params": jax.random.key(3), "dropout": jax.random.key(4)}, x, w, _DIMS)
 
+  @jax.jit  # one program for both steps, as maxtext's train step is
   def step(aqt):
     def fwd(a, b):
       return module.apply({"aqt": aqt}, a, b, _DIMS, rngs={"dropout": jax.random.key(5)}, mutable=["aqt"])
