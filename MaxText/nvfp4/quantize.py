@@ -27,6 +27,7 @@ Special values (stated here because TE's kernels are not all alike on them, and 
 
 import dataclasses
 import enum
+import functools
 from collections.abc import Callable
 
 import jax
@@ -278,6 +279,17 @@ def quantize_block_scaled(
   scaling = Scaling(scaling)
   axis = axis % max(x.ndim, 1)
   _check_input(x, scaling, stochastic_rounding, key, axis)
+  return _block_scaled(x, key if stochastic_rounding else None, scaling=scaling, rht=rht, axis=axis)
+
+
+@functools.partial(jax.jit, static_argnames=("scaling", "rht", "axis"))
+def _block_scaled(x: jax.Array, key: jax.Array | None, *, scaling: Scaling, rht: bool, axis: int
+                  ) -> tuple[jax.Array, jax.Array]:
+  """quantize_block_scaled after its checks, as one jitted function. Why jitted: a model calls it for every GEMM
+  operand, and maxtext traces each model several times before training (abstract shapes, initialization, the
+  step); jit traces and lowers each (shape, dtype, switches) once and reuses it, where inline code is traced and
+  lowered again at every call. XLA inlines the call, so the compiled program is the same."""
+  stochastic_rounding = key is not None
   y, s8, bamax, amax = _encode(x, scaling, rht, axis)
   if stochastic_rounding:
     # The bits x's transpose (block axis last) would draw, in x's layout.

@@ -67,8 +67,10 @@ def test_after_the_switch_only_the_bf16_forward_gemm_runs():
     return jax.vjp(lambda x, w: gemm(x, w, _KEY), x, w)[0]
 
   traced = jax.make_jaxpr(forward)(x, w, jax.ShapeDtypeStruct((), jnp.bool_))
-  def dots(jaxpr):
-    return [e for e in jaxpr.eqns if e.primitive.name == "dot_general"]
+
+  def dots(jaxpr):  # the dot_generals `jaxpr` runs at its level: its own and those of the jitted functions it calls
+    inlined = (dots(e.params["jaxpr"].jaxpr) if e.primitive.name in ("jit", "pjit") else [e] for e in jaxpr.eqns)
+    return [e for group in inlined for e in group if e.primitive.name == "dot_general"]
 
   switches = [e for e in traced.jaxpr.eqns if e.primitive.name == "cond"
               and any(dots(b.jaxpr) for b in e.params["branches"])]
