@@ -10,6 +10,7 @@ answers with, as the pre-flight does for its target GPUs).
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from MaxText.backends import environment
@@ -23,7 +24,11 @@ from MaxText.precision.settings import Settings
 from MaxText.precision.taps import TAPS, Tap
 from MaxText.precision.te_rules import te_errors
 
-__all__ = ["check", "experts_error"]
+__all__ = ["check", "checkpoint_error", "experts_error"]
+
+#: What an orbax checkpoint directory holds at its root (v1: `_CHECKPOINT_METADATA`; a pytree item, v0 or v1:
+#: `_METADATA`, or older orbax's `checkpoint` file), at the path itself or in its `items` item.
+_CHECKPOINT_MARKERS = ("_CHECKPOINT_METADATA", "_METADATA", "checkpoint")
 
 
 def check(config: Any, settings: Settings, env: environment.Environment | None = None) -> None:
@@ -42,6 +47,9 @@ def check(config: Any, settings: Settings, env: environment.Environment | None =
   if plain(config.shard_mode) == "explicit":
     raise ValueError(f"quantization={mode} with shard_mode=explicit: the NVFP4 GEMMs take their tensor amax "
                      "under auto (GSPMD) sharding only. Set shard_mode=auto.")
+  for key in ("load_parameters_path", "load_full_state_path"):
+    if (error := checkpoint_error(key, str(getattr(config, key, "") or ""))) is not None:
+      raise ValueError(error)
   env = env or environment.current()
   if (error := experts_error(config, settings, env)) is not None:  # routed experts: NVFP4 where they can run
     raise ValueError(error)
@@ -108,6 +116,24 @@ def _check_bf16_layers_and_steps(config: Any, settings: Settings) -> None:
   if switches.any and getattr(config, "using_pipeline_parallelism", False):
     raise ValueError("nvfp4_bf16_first_layers/last_layers/layers/from_step/forward_from_step are not supported with "
                      "pipeline parallelism (ici/dcn_pipeline_parallelism > 1); unset them or the pipeline.")
+
+
+def checkpoint_error(key: str, path: str) -> str | None:
+  """Why `path` (load_parameters_path or load_full_state_path) is not a maxtext checkpoint, in one line, or None.
+
+  Why here: orbax otherwise fails at the first load, after the model is built, with a traceback about layouts.
+  Only local paths are looked at; a bucket (gs://...) is left to orbax.
+  """
+  if not path or "://" in path:
+    return None
+  usual = "<base_output_directory>/<run_name>/checkpoints/<step>/items, as maxtext saves it"
+  if not os.path.exists(path):
+    return f"{key}={path}: no such file or directory; point it at a maxtext checkpoint ({usual})."
+  root = path.rstrip("/").removesuffix("/items") if path.rstrip("/").endswith("/items") else path
+  places = (path, root, os.path.join(root, "items"))
+  if not any(os.path.exists(os.path.join(p, m)) for p in places for m in _CHECKPOINT_MARKERS):
+    return f"{key}={path}: not a maxtext checkpoint (no orbax checkpoint there); point it at one ({usual})."
+  return None
 
 
 def experts_error(config: Any, settings: Settings, env: environment.Environment) -> str | None:

@@ -103,10 +103,56 @@ def note_resume(config: Any) -> dict[str, Any] | None:
   return change
 
 
+def source_run_dir(checkpoint: str) -> epath.Path:
+  """The run directory of a checkpoint path in maxtext's layout, `<run>/checkpoints/<step>[/items]`."""
+  path = epath.Path(checkpoint.rstrip("/"))
+  if path.name == "items":
+    path = path.parent
+  return path.parent.parent
+
+
+def note_full_state_load(config: Any) -> dict[str, Any] | None:
+  """`load_full_state_path` into an NVFP4 run from a checkpoint of other precision settings: one line, and the change
+  recorded in this run's `precision_changes.jsonl` (never in the source run's directory).
+
+  maxtext's full-state load fills the state leaves the checkpoint lacks from a fresh init, as a resume does; the
+  source's settings are read from the record its run wrote (`nvfp4_run.json`), and a run without one (bf16, fp8)
+  had no NVFP4 settings. A load that is not from a local maxtext run directory is not compared.
+  """
+  path = str(getattr(config, "load_full_state_path", "") or "")
+  settings = settings_of(config)
+  if not path or not settings.nvfp4 or "://" in path:
+    return None
+  source = source_run_dir(path)
+  record = source / RECORD_FILE
+  before = json.loads(record.read_text()) if record.exists() else {"quantization": None}
+  now = artifacts.RunRecord.model_validate(dict(settings.record)).model_dump(mode="json")
+  changed = {k: {"old": before.get(k), "new": v} for k, v in now.items() if before.get(k) != v}
+  if not changed:
+    return None
+  old_mode = str(before.get("quantization") or "")
+  change = {"time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "source": path,
+            "changed": changed, "reinitialized": _reinitialized(old_mode, str(now["quantization"]),
+                                                                _started(before, now))}
+  what = f"a {old_mode} run" if record.exists() else f"a run without {RECORD_FILE} (not an NVFP4 run)"
+  keys = ", ".join(f"{k}: {v['old']!r} -> {v['new']!r}" for k, v in changed.items() if k == "quantization"
+                   or record.exists())
+  directory = epath.Path(run_dir(config))
+  _LOG.warning("NVFP4: load_full_state_path=%s is the state of %s, loaded with changed precision settings (%s); %s. "
+               "Recorded in %s", path, what, keys, change["reinitialized"], directory / CHANGES_FILE)
+  directory.mkdir(parents=True, exist_ok=True)
+  with (directory / CHANGES_FILE).open("a") as f:
+    f.write(json.dumps(change) + "\n")
+  return change
+
+
 @contextlib.contextmanager
 def training_run(config: Any) -> Iterator[None]:
-  """Marks a maxtext training loop under way (the plan is written only then) after checking its resume record."""
+  """Marks a maxtext training loop under way (the plan is written only then) after checking its resume record and
+  the precision of a full state it loads."""
   note_resume(config)
+  if not _has_checkpoint(epath.Path(run_dir(config))):  # maxtext loads load_full_state_path only into a new run
+    note_full_state_load(config)
   token = _run_dir.set(run_dir(config))
   try:
     yield

@@ -78,6 +78,11 @@ HOOKS: tuple[Hook, ...] = (
     Hook(targets=(f"{_TRAINER}:training_loop_iteration",), params=("python_vars", "immutable_data"),
          wrapper="MaxText.integration.steps:wrap_iteration", when="register",
          why="logs (host side) the step at which a late switch takes effect"),
+    Hook(targets=("maxtext.common.checkpointing:load_params_from_path",),
+         params=("load_parameters_from_path", "abstract_unboxed_params"),
+         wrapper="MaxText.integration.checkpoints:wrap_load_params_from_path", when="register",
+         why="load_parameters_path: the checkpoint's weights load into an NVFP4 model; the plugin's own variables"
+         " (SR counters, layer indices, taps, expert state) start fresh, named in one line"),
     Hook(targets=("maxtext.layers.moe:RoutedMoE.__init__",), params=("quant", "rngs"),
          wrapper="MaxText.integration.moe:wrap_routed_moe_init", when="register",
          why="NVFP4 experts: the layer's stochastic-rounding key and BF16 switch state"),
