@@ -4,6 +4,8 @@
 # project into it, editable (`pip install --no-deps -e .`), so `python -m MaxText.train` works from any directory.
 #
 # Usage: ./setup.sh [--gpu | --export] [--venv DIR]   (or VENV=DIR ./setup.sh ...; DIR relative to the current directory)
+#   DIR defaults to .venv (with --gpu too: the CPU set plus the GPU one), and to .venv-export with --export (another
+#   Python). An existing environment of a Python version the build cannot use is refused, never replaced.
 #
 #   always:  requirements.txt, the CPU lock, with --no-deps.
 #   CPU:     requirements-tfds.txt (TensorFlow, for the TFDS test only) into DIR/tfds-site, off the training path;
@@ -22,7 +24,7 @@
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-venv="${VENV:-$here/.venv}"
+venv="${VENV:-}"  # empty: the mode's default, after the arguments
 gpu=0
 export_env=0
 while (( $# )); do
@@ -33,17 +35,40 @@ while (( $# )); do
       [[ $# -ge 2 && -n "$2" ]] || { echo "setup.sh: --venv needs a directory, e.g. --venv .venv-gpu" >&2; exit 2; }
       venv="$2"; shift ;;
     --venv=*) venv="${1#--venv=}" ;;
-    -h|--help) sed -n '3,21p' "$0"; exit 0 ;;
+    -h|--help) sed -n '3,23p' "$0"; exit 0 ;;
     *) echo "setup.sh: unknown argument '$1' (valid: --gpu, --export, --venv DIR)" >&2; exit 2 ;;
   esac
   shift
 done
+# The export environment is another Python (3.11) than the main one (>= 3.12, maxtext and jax): by default a folder of
+# its own, so that `./setup.sh --export` does not build over .venv.
+if (( export_env )); then venv="${venv:-$here/.venv-export}"; else venv="${venv:-$here/.venv}"; fi
 [[ "$venv" == /* ]] || venv="$PWD/$venv"
 name="${venv/#$here\//}"  # short name for messages
 
 # Prints "major.minor" of a working interpreter, or nothing.
 py_version() {
   "$1" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null || true
+}
+
+# refuse_other_python WANTED OK: exits 2 with one line when $venv holds a working environment whose Python version
+# the build cannot use (`OK VERSION` fails), instead of deleting it to build the WANTED one there. Why: the main
+# environment and the export one differ in Python, and one `rm -rf` would silently cost the other's install. An
+# interpreter that no longer runs (a removed base Python) is no environment to keep: it is rebuilt, as before.
+refuse_other_python() {
+  local wanted="$1" ok="$2" v
+  [[ -x "$venv/bin/python" ]] || return 0
+  v="$(py_version "$venv/bin/python")"
+  [[ -z "$v" ]] && return 0
+  "$ok" "$v" && return 0
+  echo "setup.sh: $name is a Python $v environment and this build needs Python $wanted: it would replace it;" \
+       "give another --venv DIR (--export's default is .venv-export), or remove $name first" >&2
+  exit 2
+}
+
+# True when "major.minor" is 3.11, the export environment's Python.
+version_export() {
+  [[ "$1" == "3.11" ]]
 }
 
 # True when "major.minor" is at least 3.12.
@@ -97,6 +122,7 @@ if (( export_env )); then
     echo "setup.sh: $name is up to date (requirements-export.txt unchanged)"
     exit 0
   fi
+  refuse_other_python 3.11 version_export
   python=""
   for c in "${PYTHON_EXPORT:-}" python3.11 "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.11*/bin/python; do
     [[ -n "$c" ]] && { command -v "$c" >/dev/null 2>&1 || [[ -x "$c" ]]; } || continue
@@ -129,6 +155,7 @@ if [[ -x "$venv/bin/python" && -f "$stamp" && "$(cat "$stamp")" == "$stamp_value
   exit 0
 fi
 
+refuse_other_python ">= 3.12" version_ok
 if [[ ! -x "$venv/bin/python" ]] || ! version_ok "$(py_version "$venv/bin/python")"; then
   if ! python="$(find_python)"; then
     echo "setup.sh: no Python >= 3.12 found (maxtext needs it). Tried \$PYTHON, python3.13, python3.12 and" \

@@ -225,6 +225,46 @@ def test_scripts_reject_bad_arguments(script, args, message):
   assert len(proc.stderr.splitlines()) == 1 and proc.stdout == ""  # one line, and nothing printed as if to run
 
 
+@pytest.mark.parametrize("script", ["throughput_pair.sh", "convergence_pair.sh"])
+@pytest.mark.parametrize("folder", ["fp8", "candidate"])
+def test_a_run_folder_that_already_holds_metrics_is_refused_before_anything_runs(tmp_path, script, folder):
+  """maxtext appends to metrics_file: the pair run twice into one --out, or both --attention pairs (each runs fp8),
+  would mix two runs' steps in one file. Refused in one line naming the folder and what to do, --dry-run included;
+  an empty metrics file (a run that died before its first step) is no earlier run."""
+  data = ["--data-dir", "/d"] if script == "convergence_pair.sh" else []
+  name = "fp8" if folder == "fp8" else "te_nvfp4" if script == "convergence_pair.sh" else "te_nvfp4_fp8attn"
+  (tmp_path / name).mkdir()
+  (tmp_path / name / "metrics.jsonl").write_text("")
+  assert _script(script, "--dry-run", *data, "--out", str(tmp_path)).returncode == 0
+  (tmp_path / name / "metrics.jsonl").write_text('{"step": 0}\n')
+  proc = _script(script, "--dry-run", *data, "--out", str(tmp_path))
+  assert proc.returncode == 2 and proc.stdout == ""
+  assert proc.stderr.splitlines() == [
+      f"{script}: {tmp_path / name} already holds metrics.jsonl from an earlier run, and maxtext would append this "
+      f"run's steps to it: pass another --out, or remove {tmp_path / name}"]
+  other_rank = _script(script, "--dry-run", *data, "--out", str(tmp_path), env={"NODE_RANK": "1"})
+  assert other_rank.returncode == 0, other_rank.stderr  # rank 1 writes metrics.rank1.jsonl, still absent
+
+
+@pytest.mark.parametrize(
+    "script, attention, folder",
+    [("throughput_pair.sh", "fp8", "llama3_8b_throughput_te_nvfp4_fp8attn"),
+     ("throughput_pair.sh", "bf16", "llama3_8b_throughput_te_nvfp4"),
+     ("convergence_pair.sh", "bf16", "llama3_8b_convergence_te_nvfp4"),
+     ("convergence_pair.sh", "fp8", "llama3_8b_convergence_te_nvfp4_fp8attn")],
+)  # fmt: skip
+def test_each_pair_has_a_default_folder_of_its_own(script, attention, folder):
+  """Without --out, the two --attention pairs of a script land in two folders, so running both keeps two fp8 runs."""
+  out = REPO_ROOT / "results" / "recipes" / folder
+  if any(out.glob("*/metrics*.jsonl")):
+    pytest.skip(f"{out} holds a real run's metrics: the script refuses it, as it should")
+  data = ["--data-dir", "/d"] if script == "convergence_pair.sh" else []
+  proc = _script(script, "--dry-run", *data, "--attention", attention)
+  assert proc.returncode == 0, proc.stderr
+  train = [c for c in _commands(proc.stdout) if "MaxText.train" in c]
+  assert {_kv(c)["base_output_directory"] for c in train} == {str(out)}
+
+
 _FAKE_PYTHON = """#!{python}
 # Stands in for `python` in the recipe scripts: `-m MaxText.train` writes the metrics a Blackwell run would record
 # (FP8 2.0 s/step, NVFP4 1.0 s/step, NVFP4 loss +0.03 nats); anything else runs in the real interpreter.

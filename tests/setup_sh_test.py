@@ -190,3 +190,51 @@ def test_cpu_install_targets_venv_tfds_site_and_maxtext_024_site(recording: dict
   rc, out, calls = _run_recorded(recording, "--venv", str(venv))  # the project changed: lock + project only
   assert rc == 0 and len(calls) == 3 and calls[1].endswith(f"-e {repo}"), (out, calls)
   assert calls[2].startswith("compileall "), calls
+
+
+def _fake_venv(path: pathlib.Path, version: str) -> pathlib.Path:
+  """An existing environment whose interpreter runs and reports `version`, with a file standing for its installs."""
+  (path / "bin").mkdir(parents=True)
+  _fake_python(path / "bin" / "python", f'echo "{version}"')
+  (path / "installed").write_text("maxtext, jax, ...", encoding="utf-8")
+  return path
+
+
+@pytest.fixture()
+def exporting(recording: dict[str, pathlib.Path]) -> dict[str, pathlib.Path]:
+  """The recording sandbox plus a recording Python 3.11 on PATH (python3.11) that imports the export libraries."""
+  body = _RECORDING_PYTHON.split("\n", 1)[1].replace('echo "3.12"', 'echo "3.11"')
+  body = body.replace("      *sysconfig*)", "      *compressed_tensors*) exit 0 ;;\n      *sysconfig*)")
+  _fake_python(recording["bin"] / "python3.11", body)
+  return recording
+
+
+def test_export_builds_its_own_environment_by_default_and_leaves_dot_venv_alone(exporting) -> None:
+  """./setup.sh --export without --venv: .venv-export, a Python 3.11 environment beside the main one (Python 3.13,
+  maxtext, jax in .venv), which it used to delete and rebuild as the export one without a word."""
+  main = _fake_venv(exporting["repo"] / ".venv", "3.13")
+  rc, out, calls = _run_recorded(exporting, "--export")
+  assert rc == 0, out
+  export = exporting["repo"] / ".venv-export"
+  assert (export / ".setup-stamp").read_text(encoding="utf-8").endswith(" export\n"), out
+  assert "creating .venv-export with python3.11 (3.11)" in out, out
+  assert calls[0].endswith(f"install -q --no-compile --no-deps -r {exporting['repo']}/requirements-export.txt"), calls
+  assert (main / "installed").is_file() and (main / "bin" / "python").is_file()  # the main environment, untouched
+
+
+@pytest.mark.parametrize(
+    "args, existing, wanted",
+    [(["--export", "--venv", ".venv"], "3.13", "3.11"),  # the main environment, named for the export one
+     (["--venv", ".venv"], "3.11", ">= 3.12"),  # the export environment, named for the main one
+     (["--gpu", "--venv", ".venv"], "3.11", ">= 3.12")],
+)  # fmt: skip
+def test_an_environment_of_another_python_is_refused_not_replaced(exporting, args, existing, wanted) -> None:
+  """One line, exit 2, nothing installed and the environment as it was: replacing it would silently cost its
+  installs (the main environment's maxtext and jax, or the export one's torch)."""
+  venv = _fake_venv(exporting["home"] / ".venv", existing)
+  rc, out, calls = _run_recorded(exporting, *args)
+  assert rc == 2 and calls == [], (out, calls)
+  assert out.splitlines() == [
+      f"setup.sh: {venv} is a Python {existing} environment and this build needs Python {wanted}: it would replace "
+      "it; give another --venv DIR (--export's default is .venv-export), or remove " + f"{venv} first"], out
+  assert (venv / "installed").is_file()

@@ -248,13 +248,20 @@ def quant_stats_lines(report: Report) -> list[str]:
     if q.worst_layer is not None:
       means = (f"{_fmt(q.worst_layer_mean_rel_error, '.4f')}; median layer {_fmt(q.median_layer_mean_rel_error, '.4f')}"
                f"; the other layers spread over {_fmt(q.others_spread, '.4f')}")
+      excess = ("" if q.worst_layer_mean_rel_error is None or not q.others_median else
+                f", {q.worst_layer_mean_rel_error / q.others_median - 1:.1%} above their median")
+      rule = (f"a layer stands out when its mean exceeds the other layers' median by more than their spread and by "
+              f"more than {quantstats.STANDS_OUT_MARGIN:.0%}")
       if q.try_key:
         lines.append(f"- Layer {q.worst_layer} has the largest mean relative error over its GEMM operands and stands "
-                     f"out from the others ({means}). To try: `{q.try_key}` (that layer's MLP GEMMs in BF16), and "
-                     "compare the eval gap.")
+                     f"out from the others ({means}{excess}; {rule}). To try: `{q.try_key}` (that layer's MLP GEMMs "
+                     "in BF16), and compare the eval gap.")
+      elif q.stands_out is None:
+        lines.append(f"- No layer stands out: layer {q.worst_layer}'s mean relative error is the largest "
+                     f"({means}{excess}), but with fewer than two other layers there is no spread to judge it by.")
       else:
-        lines.append(f"- No layer stands out: layer {q.worst_layer}'s mean relative error is the largest but within "
-                     f"the other layers' own spread ({means}); no layer to steer to BF16 on this evidence.")
+        lines.append(f"- No layer stands out: layer {q.worst_layer}'s mean relative error is the largest "
+                     f"({means}{excess}), but {rule}; no layer to steer to BF16 on this evidence.")
     lines.append("")
   lines += ["- rel_error: ||dequantize(quantize(x)) - x|| / ||x|| of the operand as the GEMM quantizes it (wgrad operands"
             " after the RHT); underflow: the fraction of its nonzero elements that quantize to 0. dY uses nearest "

@@ -207,10 +207,13 @@ class QuantStatsSummary(_Model):
   worst_layer: int | None = Field(description="the layer whose mean rel_error over its GEMM operands is largest")
   worst_layer_mean_rel_error: float | None
   median_layer_mean_rel_error: float | None = Field(description="the median of that mean over the layers")
+  others_median: float | None = Field(
+      None, description="the median of the other layers' mean rel_error; null with no other layer")
   others_spread: float | None = Field(
       None, description="max - min of the other layers' mean rel_error; null with fewer than two other layers")
   stands_out: bool | None = Field(
-      None, description="the worst layer exceeds the other layers' median by more than their spread")
+      None, description="the worst layer exceeds the other layers' median by more than their spread and by more than "
+      "a margin of that median (MaxText.compare.quantstats.STANDS_OUT_MARGIN, 10%)")
   try_key: str | None = Field(description="the override that runs the worst layer's MLP GEMMs in BF16, when it "
                               "stands out; null otherwise")
 

@@ -137,6 +137,27 @@ print(path)
 EOF
 }
 
+# metrics_path OUT NAME: the metrics file this node's run NAME writes (rank 0: metrics.jsonl, the one compared).
+metrics_path() {
+  if (( NODE_RANK == 0 )); then echo "$1/$2/metrics.jsonl"; else echo "$1/$2/metrics.rank${NODE_RANK}.jsonl"; fi
+}
+
+# check_fresh OUT NAME...: refuses, in one line and before anything runs (--dry-run included: it only reads), a run
+# folder OUT/NAME that already holds this node's metrics. Why: maxtext appends to metrics_file, so a second run into
+# the folder (the pair run twice, or both --attention pairs into one --out) would mix two runs' steps in one file,
+# and the comparison would read them as one run.
+check_fresh() {
+  local out="$1" name metrics
+  shift
+  for name in "$@"; do
+    metrics="$(metrics_path "$out" "$name")"
+    if [[ -s "$metrics" ]]; then
+      die "$out/$name already holds $(basename "$metrics") from an earlier run, and maxtext would append this" \
+        "run's steps to it: pass another --out, or remove $out/$name"
+    fi
+  done
+}
+
 # train_run MODEL NAME OUT NSYS PROFILE_START [key=value ...]: one `python -m MaxText.train` run of the recipe
 # configs/recipes/MODEL_NAME.yml, named NAME (its folder in OUT and the report's name for it).
 train_run() {
@@ -144,8 +165,8 @@ train_run() {
   shift 5
   local recipe="configs/recipes/${model}_${name}.yml"
   [[ -f "$REPO_ROOT/$recipe" ]] || die "missing recipe $recipe"
-  local metrics="$out/$name/metrics.jsonl"
-  (( NODE_RANK == 0 )) || metrics="$out/$name/metrics.rank${NODE_RANK}.jsonl"
+  local metrics
+  metrics="$(metrics_path "$out" "$name")"
   local cmd=("$PYTHON" -m MaxText.train "$recipe" "run_name=$name" "base_output_directory=$out" "metrics_file=$metrics")
   if (( nsys )); then
     cmd=(nsys "${NSYS_FLAGS[@]}" -o "$out/$name/profile.rank${NODE_RANK}" "${cmd[@]}" profiler=nsys

@@ -16,7 +16,9 @@
 #   --attention  the NVFP4 run's attention projections (default bf16): bf16 runs
 #                configs/recipes/<model>_te_nvfp4.yml, fp8 <model>_te_nvfp4_fp8attn.yml, each against <model>_fp8.yml
 #   --steps      training steps per run (default 10000)
-#   --out        base_output_directory (default results/recipes/<model>_convergence)
+#   --out        base_output_directory (default results/recipes/<model>_convergence_te_nvfp4, or
+#                ..._te_nvfp4_fp8attn: one folder per pair); a run folder that already holds metrics is refused
+#                (maxtext would append to them): pass another --out, or remove the folder
 #   --smooth     steps in the comparison's trailing means (default 100)
 #   --eval-batches  held-out C4 batches per eval (maxtext's eval_steps, default 40), every steps/10 steps
 #                (eval_interval); the same batches in both runs, so the report's eval gap gets a paired 95%
@@ -50,8 +52,10 @@ check_positive_int --steps "$steps"
 check_positive_int --smooth "$smooth"
 check_positive_int --eval-batches "$eval_batches"
 [[ -n "$data_dir" ]] || die "--data-dir is required: the TFDS data_dir that holds c4/en/3.0.1"
-# Absolute before the cd below: a relative --out means relative to where the script was called from.
-out="$(realpath -m "${out:-$REPO_ROOT/results/recipes/${model}_convergence}")"
+# Absolute before the cd below: a relative --out means relative to where the script was called from. The default is
+# the pair's own: both pairs run fp8, and into one folder the second would append to the first's metrics.
+out="$(realpath -m "${out:-$REPO_ROOT/results/recipes/${model}_convergence_${candidate}}")"
+check_fresh "$out" "$BASELINE_QUANT" "$candidate"
 tokenizer="$(maxtext_tokenizer tokenizer_llama3.tiktoken)"
 profile_start=$(( steps > 110 ? 100 : 1 ))  # past warm-up when the run is long enough
 evals=()  # maxtext refuses a key given twice: the user's own eval keys replace these

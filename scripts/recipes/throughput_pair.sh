@@ -19,7 +19,10 @@
 #                              attention projections differ (BF16 against FP8)
 #   --steps            training steps per run (default 50)
 #   --out              base_output_directory; runs land in OUT/fp8 and OUT/te_nvfp4_fp8attn (OUT/te_nvfp4 with
-#                      --attention bf16), the report in OUT/report (default results/recipes/<model>_throughput)
+#                      --attention bf16), the report in OUT/report (default
+#                      results/recipes/<model>_throughput_te_nvfp4_fp8attn, or ..._te_nvfp4: one folder per pair).
+#                      A run folder that already holds metrics is refused (maxtext would append to them): pass
+#                      another --out, or remove the folder
 #   --perf-start-step  first step in the throughput medians (default 10: compilation and autotuning come first)
 #   --nsys             run under Nsight Systems, profiling 5 steps from --perf-start-step (maxtext profiler=nsys)
 #   --dry-run          print the commands instead of running them
@@ -45,8 +48,10 @@ check_hardware
 check_positive_int --steps "$steps"
 [[ "$perf_start" =~ ^[0-9]+$ ]] || die "--perf-start-step must be a step >= 0, got '$perf_start'"
 (( perf_start < steps )) || die "--perf-start-step ($perf_start) must be below --steps ($steps)"
-# Absolute before the cd below: a relative --out means relative to where the script was called from.
-out="$(realpath -m "${out:-$REPO_ROOT/results/recipes/${model}_throughput}")"
+# Absolute before the cd below: a relative --out means relative to where the script was called from. The default is
+# the pair's own: both pairs run fp8, and into one folder the second would append to the first's metrics.
+out="$(realpath -m "${out:-$REPO_ROOT/results/recipes/${model}_throughput_${candidate}}")"
+check_fresh "$out" "$BASELINE_QUANT" "$candidate"
 
 cd "$REPO_ROOT"
 for name in "$BASELINE_QUANT" "$candidate"; do

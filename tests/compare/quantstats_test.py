@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from MaxText.compare import quantstats
 from MaxText.compare.metrics import read_jsonl
 from MaxText.compare.report import build_report, markdown_report, read_report, write_report
@@ -78,6 +80,47 @@ def test_no_layer_is_recommended_when_none_stands_out(tmp_path):
   assert summary.worst_layer == 3 and summary.stands_out is False and summary.try_key is None
   assert summary.others_spread is not None and summary.others_spread > 0
   assert "No layer stands out: layer 3" in markdown_report(report) and "nvfp4_bf16_layers" not in markdown_report(report)
+
+
+def _layer_means_report(tmp_path, means: dict[int, float]):
+  """The report of a run whose every GEMM operand of layer L has relative error means[L] (so that is L's mean)."""
+  stats = _stats(0, hot_layer=-1)
+  for name in list(stats):
+    if name.endswith("/rel_error"):
+      stats[name] = means[int(name.split("/")[1].removeprefix("layer_"))]
+  records = [maxtext_record(s, 5.0, run_name="run") for s in range(3)]
+  records[0].update(stats)
+  base = [maxtext_record(s, 5.0, run_name="b") for s in range(3)]
+  runs = [read_jsonl(write_lines(tmp_path / "b" / "m.jsonl", base)),
+          read_jsonl(write_lines(tmp_path / "run" / "m.jsonl", records))]
+  report = build_report(runs, "b", ComparisonSettings())
+  return report.quant_stats[0], markdown_report(report)
+
+
+def test_a_layer_0_4_percent_above_the_others_is_no_finding_even_beyond_their_tiny_spread(tmp_path):
+  """`make quickstart`'s report: layer 0 at 0.09839 against a median layer of 0.09804, the other layers spread over
+  0.00039. It exceeds the others' median (0.09790) by more than that spread, but by 0.5%: no material excess, so no
+  layer stands out and no key is advised; the report says why, with the margin."""
+  summary, text = _layer_means_report(tmp_path, {0: 0.09839, 1: 0.09779, 2: 0.09790, 3: 0.09818})
+  assert summary.median_layer_mean_rel_error == pytest.approx(0.09804)
+  assert summary.others_spread == pytest.approx(0.00039) and summary.others_median == pytest.approx(0.09790)
+  assert 0.09839 - 0.09790 > summary.others_spread  # the spread alone would have called it a finding
+  assert summary.worst_layer == 0 and summary.stands_out is False and summary.try_key is None
+  assert "No layer stands out: layer 0" in text and "0.5% above their median" in text
+  assert "by more than their spread and by more than 10%" in text and "nvfp4_bf16_layers" not in text
+
+
+@pytest.mark.parametrize(
+    "means, stands_out",
+    [({0: 0.09779, 1: 0.09790, 2: 0.115, 3: 0.09818}, True),  # 17% above the others, far beyond their spread
+     ({0: 0.08, 1: 0.10, 2: 0.13, 3: 0.115}, False)],  # 30% above their median, but inside their 0.035 spread
+)  # fmt: skip
+def test_a_layer_stands_out_only_when_it_exceeds_the_others_both_by_their_spread_and_materially(tmp_path, means,
+                                                                                                 stands_out):
+  summary, text = _layer_means_report(tmp_path, means)
+  assert summary.worst_layer == 2 and summary.stands_out is stands_out
+  assert (summary.try_key == "nvfp4_bf16_layers=[2]") is stands_out and ("`nvfp4_bf16_layers=[2]`" in text) is stands_out
+  assert ("Layer 2 has the largest mean relative error" in text) is stands_out
 
 
 def test_with_two_layers_no_layer_is_judged_to_stand_out(tmp_path):

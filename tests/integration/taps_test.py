@@ -5,14 +5,25 @@ pre-flight with no change to any module of ours."""
 
 from __future__ import annotations
 
+import dataclasses
+import importlib.metadata
+import importlib.util
 import json
 import pathlib
 import subprocess
 import sys
 import textwrap
+import types
+from collections.abc import Callable
 
+import jax
+import jax.numpy as jnp
+import numpy as np
 import pytest
 
+from MaxText.backends import stages
+from MaxText.nvfp4.gemm import GemmRecipe
+from MaxText.nvfp4.operands import GEMM_OPERANDS
 from MaxText.precision import taps
 from MaxText.precision.keys import PluginKeys
 from tests.helpers import REPO_ROOT, subprocess_env, train_cli
@@ -69,9 +80,66 @@ def test_the_built_in_taps_are_entries_with_their_keys_variables_and_prefixes():
 def test_two_taps_with_one_name_or_prefix_are_refused():
   with pytest.raises(ValueError, match="two taps declare name='stats'"):
     taps._checked((taps.STATISTICS, taps.STATISTICS))  # pylint: disable=protected-access
-  import dataclasses  # pylint: disable=import-outside-toplevel
   with pytest.raises(ValueError, match="two taps declare prefix='nvfp4/audit/'"):
     taps._checked((taps.AUDIT, dataclasses.replace(taps.AUDIT, name="other")))  # pylint: disable=protected-access
+
+
+def _registry_built_with(monkeypatch: pytest.MonkeyPatch, declare: Callable[[types.ModuleType], taps.Tap]) -> tuple:
+  """TAPS as the module builds it when it is imported, with one installed tap, `declare(module)`: the module's code
+  run afresh under another name (the imported module, which the rest of the package holds, stays as it is), with
+  importlib.metadata.entry_points answering one entry point of the registry's group."""
+  spec = importlib.util.spec_from_file_location("_taps_rebuilt", taps.__file__)
+  module = importlib.util.module_from_spec(spec)
+
+  class Point:  # what importlib.metadata.entry_points yields, as much as the registry reads of it
+    name, value = "toy", "toy_tap:TOY"
+
+    def load(self) -> taps.Tap:
+      return declare(module)  # a Tap of the rebuilt module's own class, as its isinstance check needs
+
+  real = importlib.metadata.entry_points
+  monkeypatch.setattr(importlib.metadata, "entry_points",
+                      lambda **kw: [Point()] if kw.get("group") == taps.ENTRY_POINT_GROUP else real(**kw))
+  monkeypatch.setitem(sys.modules, "_taps_rebuilt", module)
+  spec.loader.exec_module(module)
+  return module.TAPS
+
+
+def test_the_registry_the_module_builds_refuses_an_installed_tap_reusing_a_name_or_a_prefix(monkeypatch):
+  """The check runs on the registry the import actually builds, built-in and installed taps together: an installed
+  tap named `stats`, or writing under the audit's prefix, would share a config key or metrics with a built-in one."""
+  def toy(module: types.ModuleType) -> taps.Tap:
+    return dataclasses.replace(module.STATISTICS, name="toy", prefix="nvfp4/toy/")
+
+  assert [t.name for t in _registry_built_with(monkeypatch, toy)] == ["stats", "audit", "calibration", "toy"]
+  with pytest.raises(ValueError, match="two taps declare name='stats'"):
+    _registry_built_with(monkeypatch, lambda m: dataclasses.replace(m.STATISTICS, prefix="nvfp4/toy/"))
+  with pytest.raises(ValueError, match="two taps declare prefix='nvfp4/audit/'"):
+    _registry_built_with(monkeypatch, lambda m: dataclasses.replace(m.AUDIT, name="toy"))
+
+
+def test_the_calibration_measures_each_operand_s_own_amax():
+  """Every row of the calibration (the tap as the GEMM pipeline runs it, MaxText.backends.stages.tap): the amax of
+  the tensor the operand is made from, x for fprop_x and wgrad_x, W for fprop_w, dY for dgrad_dy and wgrad_dy. Three
+  distinct amax values, so a row holding another operand's is seen."""
+  amax = {"x": 3.0, "w": 5.0, "dy": 7.0}
+  x = jnp.full((16, 32), 0.5).at[2, 3].set(-amax["x"])
+  w = jnp.full((32, 16), 0.25).at[4, 1].set(amax["w"])
+  dy = jnp.full((16, 16), 0.125).at[7, 9].set(-amax["dy"])
+  measure = taps.CALIBRATION.measure(GemmRecipe(), None)
+
+  @jax.jit
+  def measured(x, w, dy):
+    def loss(x, w, sink):
+      tapped = stages.tap(lambda a, b, extra: a @ b, measure, lambda a, b: (a, b), sink, jnp.bool_(True))
+      return jnp.sum(tapped(x, w, None) * dy)
+
+    return jax.grad(loss, argnums=2)(x, w, measure.empty())  # the sink's cotangent: the measurement
+
+  rows = np.asarray(measured(x, w, dy))
+  assert rows.shape == (len(GEMM_OPERANDS), 1)
+  assert dict(zip(GEMM_OPERANDS, rows[:, 0].tolist(), strict=True)) == {
+      "fprop_x": 3.0, "fprop_w": 5.0, "dgrad_dy": 7.0, "wgrad_x": 3.0, "wgrad_dy": 7.0}
 
 
 @pytest.mark.slow  # a subprocess importing jax

@@ -181,16 +181,51 @@ def test_block_scaled_operands_with_stochastic_rounding_are_the_same():
   _assert_same(gpu_like(f)(x, key), cpu(f)(x, key))
 
 
+def _gemm_operands() -> dict[str, jax.Array]:
+  """x, W and dY of the GEMM tests (one set of shapes: the interpreter compiles each op once per shape)."""
+  return {"x": _activations(2, (64, 128)), "w": _activations(3, (128, 96)) * 0.1, "dy": _activations(4, (64, 96))}
+
+
+def _gemm(x32: jax.Array, w32: jax.Array, dy32: jax.Array, key: jax.Array) -> tuple[jax.Array, ...]:
+  """nvfp4_dot_general's y, dx and dW of bf16 operands (the recipe: 2D weights, RHT and stochastic rounding in
+  wgrad)."""
+
+  def gemm(x, w):
+    return nvfp4_dot_general(x, w, MATMUL_DIMS, key=key, recipe=GemmRecipe())
+
+  y, vjp = jax.vjp(gemm, x32.astype(jnp.bfloat16), w32.astype(jnp.bfloat16))
+  return y, *vjp(dy32.astype(jnp.bfloat16))
+
+
 def test_the_gemm_forward_and_backward_are_the_same():
-  """nvfp4_dot_general's y, dx and dW (the recipe: 2D weights, RHT and stochastic rounding in wgrad)."""
-  x, w, dy = _activations(2, (64, 128)), _activations(3, (128, 96)) * 0.1, _activations(4, (64, 96))
+  """nvfp4_dot_general's y, dx and dW."""
+  ops, key = _gemm_operands(), jax.random.key(0)
+  _assert_same(gpu_like(_gemm)(ops["x"], ops["w"], ops["dy"], key), cpu(_gemm)(ops["x"], ops["w"], ops["dy"], key))
+
+
+#: Which of (y, dx, dW) each operand feeds: y = x W, dx = dY W^T, dW = x^T dY.
+_FEEDS = {"x": (True, False, True), "w": (True, True, False), "dy": (False, True, True)}
+
+
+def test_a_nonfinite_operand_stays_nonfinite_under_the_gpu_compiler():
+  """One NaN, +inf or -inf in x, W or dY: y, dx and dW as XLA:CPU computes them, NaNs where they are, in exactly
+  the outputs the operand feeds. Why: the exact division (formats.divide) runs on a GPU only; were its guard for a
+  non-finite numerator gone, inf / b or NaN / b would come out a huge finite number there (its exponent field read
+  as 255), so a non-finite operand would turn into finite garbage instead of the NaN the run's checks look for."""
+  a = jnp.asarray([np.nan, np.inf, -np.inf, np.nan], jnp.float32)
+  b = jnp.asarray([4.0, 1e30, 3.0, -2.0**100], jnp.float32)  # quotients whose exponent field would fit
+  quotient = np.asarray(gpu_like(formats.divide)(a, b))
+  np.testing.assert_array_equal(quotient, np.asarray(a) / np.asarray(b))  # NaN, inf, -inf, NaN
   key = jax.random.key(0)
-
-  def f(x32, w32, dy32, key):
-    def gemm(x, w):
-      return nvfp4_dot_general(x, w, MATMUL_DIMS, key=key, recipe=GemmRecipe())
-
-    y, vjp = jax.vjp(gemm, x32.astype(jnp.bfloat16), w32.astype(jnp.bfloat16))
-    return y, *vjp(dy32.astype(jnp.bfloat16))
-
-  _assert_same(gpu_like(f)(x, w, dy, key), cpu(f)(x, w, dy, key))
+  for bad in ("x", "w", "dy"):
+    for value in (np.nan, np.inf, -np.inf):
+      ops = _gemm_operands()
+      ops[bad] = ops[bad].at[5, 7].set(value)
+      got = gpu_like(_gemm)(ops["x"], ops["w"], ops["dy"], key)
+      want = cpu(_gemm)(ops["x"], ops["w"], ops["dy"], key)
+      for name, g, w, fed in zip(("y", "dx", "dW"), got, want, _FEEDS[bad], strict=True):
+        g, w = np.asarray(g, np.float32), np.asarray(w, np.float32)
+        case = f"{value} in {bad}: {name}"
+        assert np.isnan(g).any() == fed and np.isfinite(w).all() != fed, case
+        np.testing.assert_array_equal(np.isnan(g), np.isnan(w), err_msg=case)
+        _assert_same(np.where(np.isnan(g), 0, g), np.where(np.isnan(w), 0, w))

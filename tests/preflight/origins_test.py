@@ -30,6 +30,10 @@ def _kernel(op_name: str, target: str = "", results: tuple[str, ...] = (), nbyte
      Origin.TE_NVFP4),  # NVFP4 writes FP4 data and E4M3 scales: FP4 decides
     (f"{LOOP}/TeDotGeneral_nvfp4/custom_partitioning", "te_rht_amax_ffi", ("f32",), Origin.TE_NVFP4),
     ("", "te_dbias_quantize_ffi", ("f8e4m3fn", "f32", "bf16"), Origin.FP8),  # TE's current scaling, no metadata
+    # TE's hybrid FP8 recipe quantizes gradients to E5M2: FP8 as well, not NVFP4
+    ("", "te_dbias_quantize_ffi", ("f8e5m2", "f32", "bf16"), Origin.FP8),
+    (f"{LOOP}/TeDotGeneral_fp8/custom_partitioning", "te_dact_dbias_quantize_ffi", ("f8e5m2", "f32", "bf16"),
+     Origin.FP8),
     (f"{LOOP}/TeDotGeneral_fp8/custom_partitioning", "", (), Origin.FP8),  # the amax TE leaves to XLA
     (f"{LOOP}/Fp8DirectDotGeneralOp/convert_element_type", "", (), Origin.FP8),  # maxtext's fp8
     (f"{LOOP}/TeDotGeneral_nvfp4/custom_partitioning", "", (), Origin.TE_NVFP4),
