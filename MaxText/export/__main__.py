@@ -68,7 +68,7 @@ def main(argv: Sequence[str]) -> None:
   print(f"{PROG}: {summary.line}")
   print(f"{PROG}: {len(summary.nvfp4)} NVFP4 weights, {len(summary.ignore)} Linear weights unquantized; "
         f"{summary.tokenizer}")
-  print(f"{PROG}: wrote {args.format} to {summary.out} (step {summary.step})")
+  print(f"{PROG}: wrote {args.format} to {summary.out} from {summary.source}, step {summary.step}")
 
 
 if __name__ == "__main__":

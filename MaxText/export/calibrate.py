@@ -2,13 +2,14 @@
 """The export's activation calibration (`--activations calibrate`, W4A4): each NVFP4 GEMM's input amax over N steps of
 the run's own data through the checkpoint's weights, read from the calibration tap (MaxText.precision.taps).
 
-How: maxtext's own trainer resumes the checkpoint (its whole train state, linked into a scratch run directory, so the
-run's directory is not touched) with the run's config, data pipeline and sharding, for N more steps at
-`learning_rate=0` (the parameters every step multiplies stay the exported ones) with `nvfp4_calibration_interval=1`;
-the tap's metrics (`nvfp4/calibration/layer_03/mlp/wi_0/fprop_x/amax`) land in a metrics file, and the amax of each
-GEMM's input is their largest over the steps. Why a resume and not `load_parameters_path`: maxtext restores every
-variable of the model from the latter, and a training checkpoint has no calibration variables (nor, for maxtext
-0.2.5, the plugin's stochastic-rounding counters: such a load fails by name); a resume starts missing variables fresh.
+How: maxtext's own trainer loads the checkpoint's weights (`load_parameters_path`, MaxText.integration.checkpoints:
+the plugin's own variables start fresh) into a scratch run with the run's config, data pipeline and sharding, and
+trains N steps at `learning_rate=0` (the parameters every step multiplies stay the exported ones) with
+`nvfp4_calibration_interval=1` and no late BF16 switch; the tap's metrics
+(`nvfp4/calibration/layer_03/mlp/wi_0/fprop_x/amax`) land in a metrics file, and the amax of each GEMM's input is
+their largest over the steps. Any maxtext checkpoint of the model serves (a training checkpoint, or one maxtext's
+checkpoint conversion wrote), and nothing is written into the run's directory. Until loading parameters into an NVFP4
+run worked, the calibration resumed the training checkpoint instead, which only a training checkpoint allows.
 In a subprocess: a fresh jax with the run's own devices, and the export's process keeps its memory for the conversion.
 """
 
@@ -59,15 +60,19 @@ def gemm_path(key: str) -> str:
   return "/".join(parts)
 
 
-def read_input_amax(metrics_file: pathlib.Path) -> dict[tuple[int, str], float]:
-  """(layer, GEMM path) -> the largest `fprop_x` amax the calibration tap wrote over the metrics file's steps."""
+def read_input_amax(metrics_file: pathlib.Path) -> tuple[dict[tuple[int, str], float], int]:
+  """((layer, GEMM path) -> the largest `fprop_x` amax the calibration tap wrote over the metrics file's steps, how
+  many steps wrote any)."""
   found: dict[tuple[int, str], float] = {}
+  steps = set()
   for line in metrics_file.read_text(encoding="utf-8").splitlines():
-    for name, value in (json.loads(line).items() if line.strip() else ()):
+    row = json.loads(line) if line.strip() else {}
+    for name, value in row.items():
       parts = CALIBRATION.parse(name)
       if parts is not None and parts[2:] == ("fprop_x", "amax"):
         found[parts[:2]] = max(found.get(parts[:2], 0.0), float(value))
-  return found
+        steps.add(row.get("step"))
+  return found, len(steps)
 
 
 def calibrate(config: Any, config_path: str, overrides: Sequence[str], checkpoint: pathlib.Path, steps: int,
@@ -80,28 +85,21 @@ def calibrate(config: Any, config_path: str, overrides: Sequence[str], checkpoin
                       "GEMMs the run trained with, and this run has none; export weight-only (--activations none)")
   if steps < 1:
     raise ExportError(f"--calibration-steps {steps}: use 1 or more")
-  step_dir = checkpoint.parent if checkpoint.name == "items" else checkpoint
-  if not (step_dir.name.isdigit() and (step_dir / "items").is_dir()):
-    raise ExportError(f"--activations calibrate: {checkpoint} is not a maxtext training checkpoint "
-                      "(<run>/checkpoints/<step>/items), which the calibration resumes; export weight-only, or point "
-                      "load_parameters_path at one")
-  linked = workdir / "calibration" / "checkpoints"
-  linked.mkdir(parents=True)
-  (linked / step_dir.name).symlink_to(step_dir.resolve(), target_is_directory=True)
   metrics = workdir / "calibration_metrics.jsonl"
-  ours = ["load_parameters_path=''", "run_name=calibration", f"base_output_directory={workdir}",
-          f"metrics_file={metrics}", f"steps={int(step_dir.name) + 1 + steps}", "learning_rate=0",
-          "enable_checkpointing=true", "async_checkpointing=false", f"checkpoint_period={10**9}",
-          "nvfp4_bf16_from_step=null", "nvfp4_bf16_forward_from_step=null",
+  ours = [f"load_parameters_path={checkpoint}", "load_full_state_path=''", "run_name=calibration",
+          f"base_output_directory={workdir}", f"metrics_file={metrics}", f"steps={steps}", "learning_rate=0",
+          "enable_checkpointing=false", "nvfp4_bf16_from_step=null", "nvfp4_bf16_forward_from_step=null",
           *(f"{tap.key}={int(tap is CALIBRATION)}" for tap in TAPS)]
   command = [sys.executable, "-m", "MaxText.train", config_path, *not_overridden(overrides, ours), *ours]
   run = subprocess.run(command, capture_output=True, text=True, check=False)
   if run.returncode != 0:
     tail = " ".join(run.stderr.strip().splitlines()[-1:])[:300]
-    raise ExportError(f"the calibration run (MaxText.train resuming step {step_dir.name} for {steps} steps at "
-                      f"learning_rate=0) failed with exit status "
-                      f"{run.returncode}: {tail}")
-  amax = read_input_amax(metrics)
+    raise ExportError(f"the calibration run (MaxText.train loading {checkpoint} for {steps} steps at "
+                      f"learning_rate=0) failed with exit status {run.returncode}: {tail}")
+  amax, measured = read_input_amax(metrics)
   if not amax:
     raise ExportError(f"the calibration run wrote no {CALIBRATION.prefix} metrics to {metrics}")
+  if measured != steps:
+    raise ExportError(f"the calibration run measured {measured} of {steps} steps ({metrics}); every step must "
+                      "measure the NVFP4 GEMMs' inputs")
   return Calibration(steps, amax)

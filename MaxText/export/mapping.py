@@ -21,8 +21,9 @@ from MaxText.integration.run_keys import run_keys
 from MaxText.integration.settings import settings_of
 from MaxText.precision.policy import Precision
 
-__all__ = ["ROUTED", "ExportError", "Model", "exact", "forward_precision", "gemm_class", "hf_tensors", "layer_of",
-           "model_of", "params_only", "converted", "pieces", "precision_of", "supported_models"]
+__all__ = ["ROUTED", "ExportError", "FusedPair", "Model", "exact", "split_fused", "forward_precision", "gemm_class",
+           "hf_tensors", "layer_of", "model_of", "params_only", "converted", "pieces", "precision_of",
+           "supported_models"]
 
 
 class ExportError(ValueError):
@@ -174,6 +175,36 @@ def precision_of(config: Any, key: str, hf_name: str) -> Precision:
   if layer is not None and settings.switches.bf16_layer(layer):
     return Precision.BF16
   return Precision.NVFP4
+
+
+#: maxtext's fused gate/up kernel (`fused_mlp=true`): one DenseGeneral `wi` with kernel [embed, (layers,) 2, mlp], its
+#: second-to-last axis the activation (0: gate, wi_0's; 1: up, wi_1's).
+_FUSED = re.compile(r"-mlp-wi-kernel$")
+
+
+@dataclasses.dataclass(frozen=True)
+class FusedPair:
+  """A fused gate/up kernel split into maxtext's separate `wi_0` and `wi_1` parameters (what its conversion maps):
+  `fused` is the checkpoint's key, the GEMM that trained (its calibration metrics name it); `gate` and `up` the
+  split keys, quantized together as the one operand the training forward multiplied."""
+
+  fused: str
+  gate: str
+  up: str
+
+
+def split_fused(state: dict[str, Any]) -> tuple[FusedPair, ...]:
+  """Splits each fused gate/up kernel of `state` (in place) into `wi_0` and `wi_1`; returns the pairs.
+
+  Why split: maxtext's conversion maps gate_proj and up_proj from `wi_0` and `wi_1` only. The pair is kept, so the
+  export quantizes gate and up as one weight with one tensor scale, as the fused GEMM did (run.py)."""
+  pairs = []
+  for key in [k for k in state if _FUSED.search(k)]:
+    fused = state.pop(key)
+    gate, up = _FUSED.sub("-mlp-wi_0-kernel", key), _FUSED.sub("-mlp-wi_1-kernel", key)
+    state[gate], state[up] = (jax.lax.index_in_dim(fused, i, axis=np.ndim(fused) - 2, keepdims=False) for i in (0, 1))
+    pairs.append(FusedPair(key, gate, up))
+  return tuple(pairs)
 
 
 def params_only(state: dict[str, Any]) -> Iterator[str]:

@@ -40,6 +40,7 @@ class Summary:
   nvfp4: tuple[str, ...]
   ignore: tuple[str, ...]
   tokenizer: str
+  source: str = ""  # the checkpoint exported, and how it was found (source.find_checkpoint)
 
 
 def key_str(key: str | tuple[str, ...]) -> str:
@@ -106,6 +107,7 @@ def export(config: Any, out: pathlib.Path, fmt: Format, force: bool = False, pro
   calibration = calibrate(checkpoint) if calibrate is not None else None
   exact, line = mapping.exact(config, checkpoint.step)
   state = source.read_parameters(config, checkpoint)
+  pairs = {p.gate: p for p in mapping.split_fused(state)}  # fused_mlp: gate and up quantized as one operand
   # pylint: disable-next=import-outside-toplevel  # import cost: maxtext, transformers and tqdm load when exporting
   from maxtext.checkpoint_conversion.utils.utils import validate_and_filter_param_map_keys
   params = set(mapping.params_only(state))
@@ -122,15 +124,30 @@ def export(config: Any, out: pathlib.Path, fmt: Format, force: bool = False, pro
   written_fmt = Format.COMPRESSED_TENSORS if fmt is Format.BF16 else fmt  # bf16: no quantized tensor at all
   # pylint: disable-next=import-outside-toplevel  # import cost: maxtext, transformers and tqdm load when exporting
   from tqdm import tqdm
+  ups = {p.up for p in pairs.values()}
+
+  def nvfp4(name: str, q: layouts.QuantizedWeight, gemm_key: str) -> dict[str, np.ndarray]:
+    amax = calibration.input_amax(gemm_key, name) if calibration is not None else None
+    return layouts.tensors_of(name, q, written_fmt, amax)
+
   with ExportDir(out, force, shards=sum(mapping.pieces(model, key) for key in keys)) as d:
     for key in tqdm(keys, desc="export", unit="param", disable=not progress, file=sys.stderr):
+      if key_str(key) in ups:
+        continue  # written with its gate
+      if (pair := pairs.get(key_str(key))) is not None:
+        gate, up = state.pop(pair.gate), state.pop(pair.up)
+        for gate_piece, up_piece in zip(mapping.converted(model, pair.gate, gate, config),
+                                        mapping.converted(model, pair.up, up, config)):
+          for tensors in _fused_pieces(gate_piece, up_piece, plan, dtype, two_d, lambda n, q: nvfp4(n, q, pair.fused)):
+            d.write_shard(tensors)
+        del gate, up
+        continue
       weight = [state.pop(k) for k in key] if isinstance(key, tuple) else state.pop(key)
       for piece in mapping.converted(model, key, weight, config):  # one layer or expert at a time where stacked
         tensors: dict[str, np.ndarray] = {}
         for name, array in piece:
           if plan[name] is Precision.NVFP4:
-            amax = calibration.input_amax(key_str(key), name) if calibration is not None else None
-            tensors.update(layouts.tensors_of(name, layouts.quantize_weight(array, dtype, two_d), written_fmt, amax))
+            tensors.update(nvfp4(name, layouts.quantize_weight(array, dtype, two_d), key_str(key)))
           else:
             tensors[name] = array
         d.write_shard(tensors)
@@ -142,7 +159,27 @@ def export(config: Any, out: pathlib.Path, fmt: Format, force: bool = False, pro
     d.write_index()
     d.write_json(METADATA_FILE, _metadata(config, checkpoint, fmt, exact, line, nvfp4, ignore, tokenizer,
                                           d.checksums(), calibration))
-  return Summary(out, checkpoint.step, exact, line, nvfp4, ignore, tokenizer)
+  return Summary(out, checkpoint.step, exact, line, nvfp4, ignore, tokenizer,
+                 f"{checkpoint.path} ({checkpoint.source})")
+
+
+def _fused_pieces(gate: list[tuple[str, np.ndarray]], up: list[tuple[str, np.ndarray]], plan: dict[str, Precision],
+                  dtype: Any, two_d: bool, nvfp4: Callable[[str, layouts.QuantizedWeight], dict[str, np.ndarray]]
+                  ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+  """The tensors of one layer's gate_proj and up_proj from a fused gate/up kernel (mapping.FusedPair).
+
+  NVFP4: the two [out, in] weights stacked along `out` are the transpose of the fused [in, 2 x out] operand the
+  training forward multiplied; quantized as one weight (one amax, one tensor scale, 16x16 tiles that never straddle
+  the two: out is a multiple of 16), then split by rows. Each half carries the shared tensor scale, which is what
+  vLLM's fused gate/up layer assumes."""
+  ((gate_name, gate_w),), ((up_name, up_w),) = gate, up
+  if plan[gate_name] is not Precision.NVFP4:
+    return {gate_name: gate_w}, {up_name: up_w}
+  q = layouts.quantize_weight(np.concatenate([np.asarray(gate_w), np.asarray(up_w)], axis=0), dtype, two_d)
+  rows = np.shape(gate_w)[0]
+  halves = [dataclasses.replace(q, packed=q.packed[part], scale=q.scale[part])
+            for part in (np.s_[:rows], np.s_[rows:])]
+  return nvfp4(gate_name, halves[0]), nvfp4(up_name, halves[1])
 
 
 def _write_configs(d: ExportDir, model: mapping.Model, fmt: Format, ignore: list[str], compute_dtype: str,

@@ -1,6 +1,7 @@
 # Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
-"""The run's config, as MaxText.train loads it, and its checkpoint: `load_parameters_path=` or the run's own latest
-(`base_output_directory`/`run_name`/checkpoints/N), read with maxtext's conversion reader (parameters only)."""
+"""The run's config, as MaxText.train loads it, and its checkpoint: the run's own latest
+(`base_output_directory`/`run_name`/checkpoints/N), else `load_parameters_path=`, read with maxtext's conversion
+reader (parameters only)."""
 
 from __future__ import annotations
 
@@ -37,22 +38,27 @@ _STEP = re.compile(r"(?:^|/)(\d+)(?:/items)?/?$")
 
 
 def find_checkpoint(config: Any) -> Checkpoint:
-  """The checkpoint to export: `load_parameters_path` when set, else the newest step under the run's own
-  checkpoint directory (maxtext's layout: <base_output_directory>/<run_name>/checkpoints/<step>/items)."""
+  """The checkpoint to export, in maxtext's own order of loading: the newest step under the run's checkpoint
+  directory (<base_output_directory>/<run_name>/checkpoints/<step>/items) when it has one, else
+  `load_parameters_path`.
+
+  Why that order: a run that started from `load_parameters_path` (a fine-tune) saves its own checkpoints, and maxtext
+  resumes those, not the path it started from; the export of such a run, with the same command line, is the fine-tuned
+  model."""
   keys = run_keys(config)
+  root = pathlib.Path(keys.base_output_directory) / keys.run_name / "checkpoints"
+  steps = sorted(int(p.name) for p in root.iterdir() if p.name.isdigit()) if root.is_dir() else []
+  steps = [s for s in steps if (root / str(s) / "items").is_dir()]
+  if steps:
+    return Checkpoint(root / str(steps[-1]) / "items", steps[-1], "the run's latest checkpoint")
   if keys.load_parameters_path:
     path = pathlib.Path(keys.load_parameters_path)
     if not path.exists():
       raise ExportError(f"load_parameters_path={path}: no such checkpoint")
     step = _STEP.search(str(path))
     return Checkpoint(path, int(step.group(1)) if step else None, "load_parameters_path")
-  root = pathlib.Path(keys.base_output_directory) / keys.run_name / "checkpoints"
-  steps = sorted(int(p.name) for p in root.iterdir() if p.name.isdigit()) if root.is_dir() else []
-  steps = [s for s in steps if (root / str(s) / "items").is_dir()]
-  if not steps:
-    raise ExportError(f"no checkpoint found: {root} holds no <step>/items (set load_parameters_path=, or "
-                      "base_output_directory= and run_name= of a run that saved one)")
-  return Checkpoint(root / str(steps[-1]) / "items", steps[-1], "the run's latest checkpoint")
+  raise ExportError(f"no checkpoint found: {root} holds no <step>/items (set load_parameters_path=, or "
+                    "base_output_directory= and run_name= of a run that saved one)")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -15,12 +15,13 @@ __all__ = ["RunKeys", "run_keys"]
 @dataclasses.dataclass(frozen=True)
 class RunKeys:
   """model_name, scan_layers, param_scan_axis: what maxtext's checkpoint conversion maps and where a scanned
-  parameter stacks its layers. dtype: the compute dtype the layers cast a
-  kernel to before its GEMM; weight_dtype: the parameters' stored dtype. The rest: where the checkpoint is and how
-  orbax reads it, and the tokenizer."""
+  parameter stacks its layers; fused_mlp: gate and up are one `wi` kernel (one GEMM, one tensor scale). dtype: the
+  compute dtype the layers cast a kernel to before its GEMM; weight_dtype: the parameters' stored dtype. The rest:
+  where the checkpoint is and how orbax reads it, and the tokenizer."""
 
   model_name: str
   scan_layers: bool
+  fused_mlp: bool
   param_scan_axis: int
   dtype: Any
   weight_dtype: Any

@@ -105,7 +105,8 @@ def _parallelism(config: Any, axis: str) -> int:
 def mlp_widths(config: Any) -> frozenset[int]:
   """The MLP hidden sizes a GEMM of this config carries on one device: mlp_dim (and moe_mlp_dim with experts),
   whole and divided by the mesh axes maxtext shards the `mlp` axis over (fsdp_transpose, tensor, tensor_sequence,
-  autoregressive). An axis sized -1 (the rest of the devices) counts every power-of-two share."""
+  autoregressive); with fused_mlp also twice mlp_dim's, the fused gate/up GEMM's N (its wo carries mlp_dim). An
+  axis sized -1 (the rest of the devices) counts every power-of-two share."""
   widths = {int(config.mlp_dim)}
   if int(getattr(config, "num_experts", 1) or 1) > 1:
     widths.add(int(config.moe_mlp_dim))
@@ -115,7 +116,10 @@ def mlp_widths(config: Any) -> frozenset[int]:
     shares |= {2**i for i in range(1, 16)}
   else:
     shares.add(math.prod(sizes))
-  return frozenset(width // share for width in widths for share in shares if width % share == 0)
+  found = {width // share for width in widths for share in shares if width % share == 0}
+  if getattr(config, "fused_mlp", False):  # gate and up as one `wi` GEMM: its N is both (activations are unsharded)
+    found |= {2 * (int(config.mlp_dim) // share) for share in shares if int(config.mlp_dim) % share == 0}
+  return frozenset(found)
 
 
 def fused_attention_on_te(config: Any) -> bool:

@@ -30,7 +30,11 @@ MOE = ["model_name=mixtral-8x7b", *_SHAPES, "base_mlp_dim=128", "base_moe_mlp_di
        "num_experts_per_tok=2", "sparse_matmul=true", "megablox=false"]
 #: Every run a test file may ask for (its module's RUNS names them): overrides of configs/tiny.yml.
 ALL_RUNS = {"dense_scanned": [*DENSE, "scan_layers=true"], "moe_scanned": [*MOE, "scan_layers=true"],
-        "moe_unscanned": [*MOE, "scan_layers=false"]}
+            "moe_unscanned": [*MOE, "scan_layers=false"],
+            # A learning rate that moves gate's and up's amax apart in 3 steps (at tiny.yml's, both stay at their
+            # init's largest |w| in bf16): else one scale each and one shared scale would be the same numbers.
+            "fused_scanned": [*DENSE, "scan_layers=true", "fused_mlp=true", "learning_rate=0.05"],
+            "fused_unscanned": [*DENSE, "scan_layers=false", "fused_mlp=true", "learning_rate=0.05"]}
 LAYERS, EXPERTS, STEP = 2, 4, 2
 #: Logits of transformers and maxtext on the same float32 weights: only the order of float32 operations differs
 #: (measured 2.0e-6 on the NVFP4 export, 1.9e-6 on the bf16 one; NVFP4 itself moves these logits by 0.67).
@@ -73,22 +77,34 @@ def parameters(overrides: list[str]) -> dict[str, np.ndarray]:
   return {k: np.asarray(v) for k, v in source.read_parameters(config, source.find_checkpoint(config)).items()}
 
 
-def _maxtext_weights(params: dict[str, np.ndarray], run: str) -> Iterator[tuple[str, np.ndarray, str]]:
-  """(HF module, the [in, out] kernel one NVFP4 GEMM multiplied, its maxtext parameter) for every MLP GEMM, read
-  from maxtext's layout here (layer axis 1 when scanned; experts first), not through the export's mapping."""
+def _maxtext_weights(params: dict[str, np.ndarray], run: str
+                     ) -> Iterator[tuple[str, np.ndarray, str, slice]]:
+  """(HF module, the [in, out] kernel one NVFP4 GEMM multiplied, its maxtext parameter, the module's rows of it in HF
+  layout [out, in]) for every MLP GEMM, read from maxtext's layout here (layer axis 1 when scanned; experts first; a
+  fused gate/up kernel [in, 2, out] is one GEMM of [in, 2 x out], gate its first half), not through the export's
+  mapping."""
   scanned = run.endswith("_scanned")
+  every = slice(None)
   for layer in range(LAYERS):
-    if run.startswith("dense"):
+    if run.startswith("fused"):
+      key = "params-decoder-layers-mlp-wi-kernel" if scanned else f"params-decoder-layers_{layer}-mlp-wi-kernel"
+      w = params[key][:, layer] if scanned else params[key]
+      half = w.shape[-1]
+      for i, hf in enumerate(("gate_proj", "up_proj")):
+        yield f"model.layers.{layer}.mlp.{hf}", w.reshape(w.shape[0], -1), key, slice(i * half, (i + 1) * half)
+      key = "params-decoder-layers-mlp-wo-kernel" if scanned else f"params-decoder-layers_{layer}-mlp-wo-kernel"
+      yield f"model.layers.{layer}.mlp.down_proj", params[key][:, layer] if scanned else params[key], key, every
+    elif run.startswith("dense"):
       for mt, hf in (("wi_0", "gate_proj"), ("wi_1", "up_proj"), ("wo", "down_proj")):
         key = f"params-decoder-layers-mlp-{mt}-kernel" if scanned else f"params-decoder-layers_{layer}-mlp-{mt}-kernel"
         w = params[key][:, layer] if scanned else params[key]
-        yield f"model.layers.{layer}.mlp.{hf}", w, key
+        yield f"model.layers.{layer}.mlp.{hf}", w, key, every
     else:
       for mt, hf in (("wi_0", "w1"), ("wi_1", "w3"), ("wo", "w2")):
         key = f"params-decoder-layers-MoeBlock_0-{mt}" if scanned else f"params-decoder-layers_{layer}-MoeBlock_0-{mt}"
         for e in range(EXPERTS):
           w = params[key][e, layer] if scanned else params[key][e]
-          yield f"model.layers.{layer}.block_sparse_moe.experts.{e}.{hf}", w, key
+          yield f"model.layers.{layer}.block_sparse_moe.experts.{e}.{hf}", w, key, every
 
 
 def _forward_operand(w: np.ndarray) -> dict[str, np.ndarray]:
@@ -120,9 +136,9 @@ def check_weights(export: pathlib.Path, params: dict[str, np.ndarray], run: str,
   got = np.load(npz)
   modules = {k.split("|")[0] for k in got.files}
   expected = list(_maxtext_weights(params, run))
-  assert modules == {m for m, _, _ in expected}, sorted(modules ^ {m for m, _, _ in expected})
-  for module, w, _ in expected:
-    want = _forward_operand(w)
+  assert modules == {m for m, *_ in expected}, sorted(modules ^ {m for m, *_ in expected})
+  for module, w, _, rows in expected:
+    want = {k: v[rows] if isinstance(v, np.ndarray) else v for k, v in _forward_operand(w).items()}
     assert np.array_equal(got[f"{module}|packed"], want["packed"]), f"{module}: packed codes differ"
     assert np.array_equal(got[f"{module}|scale"], want["scale"]), f"{module}: block scales differ"
     deq = got[f"{module}|dequantized"]
@@ -167,16 +183,18 @@ def _maxtext_logits(overrides: list[str], params: dict[str, np.ndarray], run: st
   checkpoint = source.find_checkpoint(config)
   tree = load_orbax_checkpoint(source.reader_config(config, checkpoint))["params"]["params"]
   if replace is not None:
-    for _, _, key in _maxtext_weights(params, run):
+    for key in dict.fromkeys(key for _, _, key, _ in _maxtext_weights(params, run)):
       node = tree
       parts = key.removeprefix("params-").split("-")
       for part in parts[:-1]:
         node = node[part]
       kernel = np.asarray(node[parts[-1]])
+      fused = key.endswith("-mlp-wi-kernel")  # [in, (layer,) 2, out]: one GEMM of [in, 2 x out]
+      one = (lambda m: replace(m.reshape(m.shape[0], -1)).reshape(m.shape)) if fused else replace
       if key.endswith("-kernel") and "-layers-" in key:  # a scanned dense kernel: [in, layer, out]
-        node[parts[-1]] = np.moveaxis(_replaced(np.moveaxis(kernel, 1, 0), replace), 0, 1)
+        node[parts[-1]] = np.moveaxis(_replaced(np.moveaxis(kernel, 1, 0), one, 3 if fused else 2), 0, 1)
       else:
-        node[parts[-1]] = _replaced(kernel, replace)
+        node[parts[-1]] = _replaced(kernel, one, 3 if fused else 2)
   model = model_creation_utils.from_config(config)
   ids = jnp.asarray(tokens)
   logits = model.apply({"params": tree}, ids, jnp.broadcast_to(jnp.arange(ids.shape[1]), ids.shape),
@@ -184,11 +202,12 @@ def _maxtext_logits(overrides: list[str], params: dict[str, np.ndarray], run: st
   return np.asarray(logits, np.float32)
 
 
-def _replaced(kernel: np.ndarray, replace: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
-  """`replace` applied to every [in, out] matrix of a kernel stacked on its leading axes (experts, layers)."""
-  if kernel.ndim == 2:
+def _replaced(kernel: np.ndarray, replace: Callable[[np.ndarray], np.ndarray], rank: int = 2) -> np.ndarray:
+  """`replace` applied to every [in, out] matrix (`rank` 3: fused [in, 2, out]) of a kernel stacked on its leading
+  axes (experts, layers)."""
+  if kernel.ndim == rank:
     return replace(kernel)
-  return np.stack([_replaced(k, replace) for k in kernel])
+  return np.stack([_replaced(k, replace, rank) for k in kernel])
 
 
 def _bf16_dequantized(w: np.ndarray) -> np.ndarray:

@@ -141,8 +141,9 @@ def test_calibrated_input_scales_are_the_forwards_input_amax_in_both_formats(tra
   measured = []
 
   def measure(checkpoint):
-    measured.append(calibrate.calibrate(config, str(helpers.TINY_YML), trained[name], checkpoint.path, steps,
-                                        tmp_path / "work"))
+    # The run's own late switch is on the command line: the calibration clears it, or steps after it measure nothing.
+    measured.append(calibrate.calibrate(config, str(helpers.TINY_YML), [*trained[name], "nvfp4_bf16_from_step=1"],
+                                        checkpoint.path, steps, tmp_path / "work"))
     return measured[-1]
 
   run.export(config, tmp_path / "ct", Format.COMPRESSED_TENSORS, progress=False, calibrate=measure)
@@ -165,6 +166,42 @@ def test_calibrated_input_scales_are_the_forwards_input_amax_in_both_formats(tra
     assert checks.tensor(tmp_path / "mo", f"{module}.input_scale") == s_dec, module
   quant = json.loads((tmp_path / "mo" / "hf_quant_config.json").read_text())["quantization"]
   assert quant["quant_algo"] == "NVFP4", quant
+
+
+def test_the_calibration_keeps_each_inputs_largest_amax_over_the_steps(tmp_path):
+  """Batches differ from step to step in a real run (tiny.yml's synthetic data repeats one batch, so the runs above
+  cannot tell the largest from the last): the amax is the largest over the steps, and the steps that measured are
+  counted."""
+  from MaxText.export import calibrate  # pylint: disable=import-outside-toplevel
+
+  name = "nvfp4/calibration/layer_01/mlp/wi_0/fprop_x/amax"
+  rows = [{"step": 0, name: 3.0, "learning/loss": 5.0}, {"step": 1, name: 5.0}, {"step": 2, name: 4.0},
+          {"step": 3, "learning/loss": 4.5}]
+  (tmp_path / "m.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+  assert calibrate.read_input_amax(tmp_path / "m.jsonl") == ({(1, "mlp/wi_0"): 5.0}, 3)
+
+
+@pytest.mark.slow
+def test_an_export_through_load_parameters_path_knows_its_step_and_ships_a_tokenizer_directory(trained, tmp_path):
+  """maxtext's usual form, `load_parameters_path=<run>/checkpoints/<step>/items`: the step is read from it (here it
+  decides that a switch at step 3 made the export post-training), and a local tokenizer directory is copied."""
+  from MaxText.export.run import METADATA_FILE  # pylint: disable=import-outside-toplevel
+
+  given = dict(o.split("=", 1) for o in trained["dense_scanned"])
+  items = pathlib.Path(given["base_output_directory"]) / given["run_name"] / "checkpoints" / str(checks.STEP) / "items"
+  tokenizer = tmp_path / "tokenizer"
+  tokenizer.mkdir()
+  for f in ("tokenizer.json", "tokenizer_config.json"):
+    (tokenizer / f).write_text("{}")
+  # Another run_name, one that saved nothing: a run's own checkpoints come first, as maxtext resumes them.
+  summary = export(trained["dense_scanned"], tmp_path / "ct", "compressed-tensors", f"load_parameters_path={items}",
+                   "run_name=elsewhere", "nvfp4_bf16_from_step=3", f"tokenizer_path={tokenizer}")
+  assert summary.step == checks.STEP and not summary.exact and "switched to BF16" in summary.line, summary
+  meta = json.loads((tmp_path / "ct" / METADATA_FILE).read_text())
+  assert (meta["source"]["step"], meta["source"]["found_by"]) == (checks.STEP, "load_parameters_path"), meta["source"]
+  assert summary.source == f"{items} (load_parameters_path)", summary.source
+  assert summary.tokenizer.startswith(f"tokenizer copied from {tokenizer}"), summary.tokenizer
+  assert all((tmp_path / "ct" / f).read_text() == "{}" for f in ("tokenizer.json", "tokenizer_config.json"))
 
 
 # --- what the export says and refuses -----------------------------------------------------------------------------

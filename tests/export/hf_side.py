@@ -7,6 +7,8 @@ emulator's quantization of the same checkpoint.
   python hf_side.py logits DIR TOKENS.npy OUT.npy [--dequantize] [--dtype float32|bfloat16]
   python hf_side.py load DIR OUT.json          transformers' default load: keys missing or unused, finite logits
   python hf_side.py inputs DIR OUT.json        each Linear's input quantization as the loaded model holds it (W4A4)
+  python hf_side.py build DIR CONFIG.json      a tiny LlamaForCausalLM that transformers builds (seed 0), saved
+                                               in float32 safetensors: a Hugging Face model to convert into maxtext
 """
 
 from __future__ import annotations
@@ -124,6 +126,15 @@ def inputs(d: pathlib.Path, out: pathlib.Path) -> None:
   out.write_text(json.dumps(found), encoding="utf-8")
 
 
+def build(d: pathlib.Path, config: pathlib.Path) -> None:
+  """A Llama built by transformers from `config` (LlamaConfig keys), random init under seed 0, saved offline."""
+  from transformers import LlamaConfig, LlamaForCausalLM  # pylint: disable=import-outside-toplevel
+
+  torch.manual_seed(0)
+  model = LlamaForCausalLM(LlamaConfig(**json.loads(config.read_text(encoding="utf-8"))))
+  model.to(torch.float32).save_pretrained(str(d), safe_serialization=True)
+
+
 def main() -> None:
   p = argparse.ArgumentParser()
   sub = p.add_subparsers(dest="cmd", required=True)
@@ -136,12 +147,14 @@ def main() -> None:
   lg.add_argument("out", type=pathlib.Path)
   lg.add_argument("--dequantize", action="store_true")
   lg.add_argument("--dtype", default="float32")
-  for cmd in ("load", "inputs"):
+  for cmd in ("load", "inputs", "build"):
     ld = sub.add_parser(cmd)
     ld.add_argument("dir", type=pathlib.Path)
     ld.add_argument("out", type=pathlib.Path)
   a = p.parse_args()
-  if a.cmd == "weights":
+  if a.cmd == "build":
+    build(a.dir, a.out)
+  elif a.cmd == "weights":
     weights(a.dir, a.out)
   elif a.cmd == "load":
     load(a.dir, a.out)

@@ -70,18 +70,20 @@ def _backward(call) -> bool:
       "transpose(" in call.name and "rematted_computation" not in call.name)
 
 
-def _check_nvfp4_mlp(calls, rht: bool, mlp_dim: int = MLP_DIM, layer_bodies: int = 1) -> None:
-  """The recipe, GEMM by GEMM: 3 MLP GEMMs per layer body, each fprop + dgrad + wgrad in FP4."""
+def _check_nvfp4_mlp(calls, rht: bool, mlp_dim: int = MLP_DIM, layer_bodies: int = 1, per_layer: int = 3) -> None:
+  """The recipe, GEMM by GEMM: `per_layer` MLP GEMMs per layer body (wi_0, wi_1, wo; or the fused wi and wo), each
+  fprop + dgrad + wgrad in FP4."""
   nvfp4 = [c for c in calls if "TeDotGeneral_nvfp4" in c.name]
   gemms = [c for c in nvfp4 if c.target == GEMM]
-  assert gemms and all(mlp_dim in _tensor_dims(c) for c in gemms), "an NVFP4 TE GEMM without the mlp dimension"
+  mlp_dims = {mlp_dim, 2 * mlp_dim}  # the fused wi's N is gate and up together
+  assert gemms and all(mlp_dims & _tensor_dims(c) for c in gemms), "an NVFP4 TE GEMM without the mlp dimension"
   backward = [c for c in gemms if _backward(c)]
-  assert len(backward) == 2 * 3 * layer_bodies, [c.name for c in backward]  # dgrad + wgrad of wi_0, wi_1, wo
+  assert len(backward) == 2 * per_layer * layer_bodies, [c.name for c in backward]  # dgrad + wgrad of each
   quantize = [c for c in nvfp4 if c.target == QUANTIZE]
   kernel = [c for c in quantize if c.attr("scaling_mode") == "5"]  # NVFP4_2D_SCALING: the weights
   assert kernel and all(c.attr("use_rht") == "false" and c.attr("stochastic_rounding") == "false" for c in kernel)
   sr = [c for c in quantize if c.attr("stochastic_rounding") == "true"]
-  assert len(sr) == 3 * layer_bodies and all(_backward(c) and c.attr("scaling_mode") == "4" for c in sr)  # dY only
+  assert len(sr) == per_layer * layer_bodies and all(_backward(c) and c.attr("scaling_mode") == "4" for c in sr)  # dY
   rht_quantize = [c for c in quantize if c.attr("use_rht") == "true"]
   rht_amax = [c for c in nvfp4 if c.target == RHT_AMAX]
   if rht:
@@ -135,6 +137,15 @@ def test_fp8_attention_and_unscanned_layers(blackwell):
   assert {c.attr("scaling_mode") for c in fp8 if c.target in (GEMM, QUANTIZE)} == {"3"}  # CURRENT_TENSOR_SCALING
   assert len([c for c in fp8_gemms if _backward(c)]) == 2 * 4 * 2  # dgrad + wgrad of q, k, v, out in 2 layers
   _check_nvfp4_mlp([c for c in calls if c not in fp8], rht=True, layer_bodies=2)
+
+
+def test_fused_gate_and_up_is_one_nvfp4_gemm(blackwell):
+  """fused_mlp=true: maxtext's gate and up are one `wi` GEMM through TE (x quantized once, one tensor scale for both,
+  as the export assumes: tests/export/fused_test.py), so 2 NVFP4 MLP GEMMs per layer body."""
+  del blackwell
+  calls = harness.te_calls(_lower(TINY, ["quantization=te_nvfp4", "nvfp4_backend=te", "fused_mlp=true", *TINY_TE,
+                                         *ONE_DEVICE]))
+  _check_nvfp4_mlp(calls, rht=True, per_layer=2)
 
 
 def test_bf16_mlp_has_no_te_call(blackwell):
