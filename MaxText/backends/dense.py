@@ -9,6 +9,7 @@ import flax.linen as nn
 
 from MaxText.backends import te
 from MaxText.backends.emulated import Nvfp4DotGeneral, UnquantizedDotGeneral
+from MaxText.nvfp4.gemm import Product
 from MaxText.precision.modes import Backend
 from MaxText.precision.policy import Precision
 from MaxText.precision.settings import Settings
@@ -24,7 +25,8 @@ def module_class(precision: Precision, backend: Backend, settings: Settings) -> 
   if backend is Backend.TE:
     return te.dot_general_cls(precision, settings)
   if precision is Precision.NVFP4:
-    return functools.partial(Nvfp4DotGeneral, settings=settings)
+    product = Product.BLOCK_SCALED if backend is Backend.FUSED else Product.DEQUANTIZED
+    return functools.partial(Nvfp4DotGeneral, settings=settings, product=product)
   return nn.Fp8DirectDotGeneralOp  # maxtext's own fp8 (delayed scaling), as quantization=fp8 uses
 
 
@@ -34,4 +36,7 @@ def implementation_name(precision: Precision, backend: Backend) -> str:
     return "lax.dot_general (unquantized)"
   if backend is Backend.TE:
     return te.implementation_name(precision)
-  return "MaxText.nvfp4 emulation" if precision is Precision.NVFP4 else "maxtext fp8 (flax Fp8DirectDotGeneralOp)"
+  if precision is Precision.NVFP4:
+    return ("MaxText.nvfp4 quantizer + jax.nn.scaled_matmul (fused)" if backend is Backend.FUSED
+            else "MaxText.nvfp4 emulation")
+  return "maxtext fp8 (flax Fp8DirectDotGeneralOp)"

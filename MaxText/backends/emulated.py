@@ -18,7 +18,7 @@ from MaxText.backends import pipeline
 from MaxText.backends.sr import sr_key
 from MaxText.backends.stages import Core
 from MaxText.nvfp4 import audit
-from MaxText.nvfp4.gemm import DimensionNumbers, GemmRecipe, nvfp4_dot_general, nvfp4_matmul
+from MaxText.nvfp4.gemm import DimensionNumbers, GemmRecipe, Product, nvfp4_dot_general, nvfp4_matmul
 from MaxText.precision.settings import Settings
 
 __all__ = ["DotGeneralModule", "Nvfp4DotGeneral", "UnquantizedDotGeneral", "core", "unquantized"]
@@ -36,18 +36,23 @@ def unquantized(dimension_numbers: Any, out_dtype: Any = None) -> Any:
   return lambda left, right: jax.lax.dot_general(left, right, dimension_numbers).astype(out_dtype or left.dtype)
 
 
-def core(lhs: jax.Array, rhs: jax.Array, dimension_numbers: DimensionNumbers, recipe: GemmRecipe) -> Core:
-  """The emulated NVFP4 GEMM of lhs . rhs as the pipeline's core; its `extra` is the stochastic-rounding key. Its VJP
-  parts are the numerics' own (Nvfp4Matmul), so after the forward-only switch only the BF16 forward GEMM runs."""
-  parts = nvfp4_matmul(lhs, rhs, dimension_numbers, recipe)
-  return Core(call=lambda left, right, key: nvfp4_dot_general(left, right, dimension_numbers, key=key, recipe=recipe),
+def core(lhs: jax.Array, rhs: jax.Array, dimension_numbers: DimensionNumbers, recipe: GemmRecipe,
+         product: Product = Product.DEQUANTIZED) -> Core:
+  """The pure-JAX NVFP4 GEMM of lhs . rhs as the pipeline's core; its `extra` is the stochastic-rounding key. Its VJP
+  parts are the numerics' own (Nvfp4Matmul), so after the forward-only switch only the BF16 forward GEMM runs.
+  `product`: the emulated backend's dot on dequantized operands, or the fused backend's block-scaled GEMM."""
+  parts = nvfp4_matmul(lhs, rhs, dimension_numbers, recipe, product)
+  return Core(call=lambda left, right, key: nvfp4_dot_general(left, right, dimension_numbers, key=key, recipe=recipe,
+                                                              product=product),
               residuals=parts.residuals, fprop=parts.fprop, backward=parts.backward)
 
 
 class Nvfp4DotGeneral(nn.Module):
-  """Emulated NVFP4 GEMM (pure JAX, MaxText.nvfp4.gemm) for one DenseGeneral, through the pipeline."""
+  """Pure-JAX NVFP4 GEMM (MaxText.nvfp4.gemm) for one DenseGeneral, through the pipeline: the emulated backend's
+  (product DEQUANTIZED) or the fused backend's (BLOCK_SCALED: codes and scales into jax.nn.scaled_matmul)."""
 
   settings: Settings
+  product: Product = Product.DEQUANTIZED
 
   @nn.compact
   def __call__(self, lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None):
@@ -56,8 +61,8 @@ class Nvfp4DotGeneral(nn.Module):
     key = sr_key(self) if recipe.stochastic_rounding else None
     state, sinks = pipeline.stages_of(self, self.settings, guard=False, candidate=audit.emulated)
     bf16 = unquantized(dimension_numbers)
-    gemm = pipeline.assembled(state, lambda left, right: core(left, right, dimension_numbers, recipe), bf16,
-                              dimension_numbers)
+    gemm = pipeline.assembled(state, lambda left, right: core(left, right, dimension_numbers, recipe, self.product),
+                              bf16, dimension_numbers)
     return gemm(lhs, rhs, (key, sinks))
 
 

@@ -114,14 +114,15 @@ def te_unavailable_reason(env: Environment) -> str | None:
 
 
 def resolve_backend(requested: Backend | str, env: Environment) -> Backend:
-  """Returns TE or EMULATED for the configured `nvfp4_backend` in the environment `env` (usually `current()`).
+  """Returns TE, EMULATED or FUSED for the configured `nvfp4_backend` in the environment `env` (usually
+  `current()`); auto never picks FUSED.
 
   Raises:
     ValueError: nvfp4_backend=te where TE cannot run (names the reason and the emulated alternative).
   """
   requested = Backend(requested)
-  if requested is Backend.EMULATED:
-    return Backend.EMULATED
+  if requested in (Backend.EMULATED, Backend.FUSED):  # jax alone: they run wherever jax does
+    return requested
   reason = te_unavailable_reason(env)
   if requested is Backend.TE:
     if reason:

@@ -85,7 +85,9 @@ def _te_expert_gemms() -> ExpertGemms | None:
 
 def expert_gemms(backend: Backend) -> ExpertGemms | None:
   """The expert GEMM implementation of a backend, or None where the backend has no NVFP4 grouped GEMM."""
-  return _EMULATED if backend is Backend.EMULATED else _te_expert_gemms()
+  # The fused backend's experts: the emulated grouped GEMM (the same quantizer; a dot on the dequantized operands),
+  # until the per-expert slabs run as batched block-scaled GEMMs.
+  return _EMULATED if backend in (Backend.EMULATED, Backend.FUSED) else _te_expert_gemms()
 
 
 def expert_plan(precision: Precision, backend: Backend) -> tuple[Precision, str]:

@@ -34,7 +34,7 @@ CONFIG_KEYS = ("quantization", "hardware")
 class RunInfo:
   """Facts about a run other than its per-step metrics; None where the run dir does not say."""
 
-  backend: str | None = None  # the plan's resolved NVFP4 backend: "emulated" | "te"
+  backend: str | None = None  # the plan's resolved NVFP4 backend: "emulated" | "te" | "fused"
   nvfp4_gemms: int | None = None  # GEMM modules the plan runs in NVFP4 (0 for a bf16 baseline with a quant object)
   mlp_flop_share: float | None = None  # the MLP GEMMs' share of the training FLOPs (maxtext's count), from the plan
   quantization: str | None = None  # maxtext's `quantization`, lower case ("" when unquantized)

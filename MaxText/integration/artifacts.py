@@ -66,7 +66,7 @@ class Flops(_Model):
 class Plan(_Model):
   """precision_plan.json: what each GEMM of the built model runs (MaxText.integration.plan)."""
 
-  backend: Literal["emulated", "te"]
+  backend: Literal["emulated", "te", "fused"]
   recipe: RecipeRecord
   switches: SwitchesRecord
   decoder_layers_mlp: list[str] = Field(description="the MLP precision of each decoder layer, in order")

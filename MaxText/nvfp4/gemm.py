@@ -23,6 +23,7 @@ those parts; the numerics hold no training policy of their own.
 """
 
 import dataclasses
+import enum
 import functools
 
 import jax
@@ -31,7 +32,7 @@ import numpy as np
 from jax.ad_checkpoint import checkpoint_name
 
 from MaxText.nvfp4.formats import NVFP4, BlockFormat, divide
-from MaxText.nvfp4.quantize import Scaling, quantize_block_scaled
+from MaxText.nvfp4.quantize import BlockCodes, Scaling, quantize_block_scaled, quantize_codes
 
 #: checkpoint_name of every quantized tensor the backward pass keeps (maxtext's remat policies save it).
 QUANTIZATION_NAME = "quantization"
@@ -74,24 +75,51 @@ class BlockScaled:
   amax: jax.Array  # float32 scalar
 
 
+class Product(enum.Enum):
+  """How a GEMM multiplies its quantized operands (the quantization is the same either way, bit for bit).
+
+  DEQUANTIZED: each operand as bf16 values (e2m1 * e4m3 scale, exact) and an f32-accumulated dot: the emulated
+    backend, on any hardware.
+  BLOCK_SCALED: each operand as E2M1 codes and E4M3 block scales (`BlockCodes`), multiplied by
+    `jax.nn.scaled_matmul`: NVIDIA's block-scaled NVFP4 GEMM (cuDNN) where XLA has one, and a dequantize + f32 dot
+    elsewhere (CPU, Hopper), which is the same f32 dot of the same exact values. The fused backend.
+  """
+
+  DEQUANTIZED = "dequantized"
+  BLOCK_SCALED = "block_scaled"
+
+
+Quantized = BlockScaled | BlockCodes
+
+
 def _quantized(
-    x: jax.Array, scaling: Scaling, rht: bool = False, key: jax.Array | None = None, axis: int = -1
-) -> BlockScaled:
+    x: jax.Array, scaling: Scaling, rht: bool = False, key: jax.Array | None = None, axis: int = -1,
+    product: Product = Product.DEQUANTIZED,
+) -> Quantized:
+  if product is Product.BLOCK_SCALED:
+    return quantize_codes(x, scaling, rht=rht, stochastic_rounding=key is not None, key=key, axis=axis)
   values, amax = quantize_block_scaled(x, scaling, rht=rht, stochastic_rounding=key is not None, key=key,
                                        axis=axis)
   return BlockScaled(values, amax)
 
 
-def _product(a: BlockScaled, b: BlockScaled, contracting: tuple[int, int], fmt: BlockFormat) -> jax.Array:
+def _product(a: Quantized, b: Quantized, contracting: tuple[int, int], fmt: BlockFormat) -> jax.Array:
   """a . b contracting axis contracting[0] of a with contracting[1] of b: f32 dot times alpha.
 
   alpha = amax_a/2688 * amax_b/2688. The operands are bf16 and exact, their products exact in f32, and the dot
   accumulates in f32 (preferred_element_type), as the FP4 tensor-core GEMM does: the same numbers as an f32
-  dot of the same values at Precision.HIGHEST, at bf16 matmul speed.
+  dot of the same values at Precision.HIGHEST, at bf16 matmul speed. Codes and scales (`BlockCodes`) go to
+  `jax.nn.scaled_matmul` instead, laid out K-last (a's free axis first, then b's, as dot_general orders them).
   """
+  alpha = divide(a.amax, fmt.tensor_scale_range) * divide(b.amax, fmt.tensor_scale_range)
+  if isinstance(a, BlockCodes) and isinstance(b, BlockCodes):
+    (a_codes, a_scales), (b_codes, b_scales) = a.contracting(contracting[0]), b.contracting(contracting[1])
+    dot = jax.nn.scaled_matmul(a_codes[None], b_codes[None], a_scales[None], b_scales[None],
+                               preferred_element_type=jnp.float32)[0]
+    return dot * alpha
   dot = jax.lax.dot_general(a.values, b.values, (((contracting[0],), (contracting[1],)), ((), ())),
                             preferred_element_type=jnp.float32)
-  return dot * (divide(a.amax, fmt.tensor_scale_range) * divide(b.amax, fmt.tensor_scale_range))
+  return dot * alpha
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,6 +133,11 @@ class _Layout:
   rhs_perm: tuple[int, ...]  # rhs contracting dims, then its free dims
   k: int
   w_dtype: jnp.dtype  # dW takes the kernel's dtype (f32 master weights)
+
+  @property
+  def n(self) -> int:
+    """N: the product of rhs's free dims."""
+    return int(np.prod(self.rhs_shape)) // self.k
 
   @property
   def out_shape(self) -> tuple[int, ...]:
@@ -125,18 +158,19 @@ class _Layout:
     return dx, dw
 
 
-_Residuals = tuple[BlockScaled, BlockScaled, jax.Array | None]
+_Residuals = tuple[Quantized, Quantized, jax.Array | None]
 
 
-def _fprop_nvfp4(x: jax.Array, wq_dgrad: BlockScaled | None, w: jax.Array, recipe: GemmRecipe) -> jax.Array:
+def _fprop_nvfp4(x: jax.Array, wq_dgrad: Quantized | None, w: jax.Array, recipe: GemmRecipe,
+                 product: Product) -> jax.Array:
   """y = x . W on NVFP4 operands: x 1D along K; W the dgrad copy's 2D tiles (quantized here when `wq_dgrad` is
   None), or 1D along K."""
-  xq = _quantized(x, Scaling.ONE_D)  # (M, K) along K
+  xq = _quantized(x, Scaling.ONE_D, product=product)  # (M, K) along K
   # 2D: the tiles serve both orientations, so the forward sees the same weight as dgrad.
   if recipe.weight_2d:
-    wq_fprop = _quantized(w, Scaling.TWO_D) if wq_dgrad is None else wq_dgrad
+    wq_fprop = _quantized(w, Scaling.TWO_D, product=product) if wq_dgrad is None else wq_dgrad
   else:
-    wq_fprop = _quantized(w, Scaling.ONE_D, axis=0)  # (K, N) along K
+    wq_fprop = _quantized(w, Scaling.ONE_D, axis=0, product=product)  # (K, N) along K
   return _product(xq, wq_fprop, (1, 0), recipe.format).astype(x.dtype)
 
 
@@ -152,16 +186,19 @@ class Nvfp4Matmul:
 
   layout: _Layout
   recipe: GemmRecipe
+  product: Product = Product.DEQUANTIZED
 
   def residuals(self, lhs: jax.Array, rhs: jax.Array, key: jax.Array | None) -> _Residuals:
     x, w = self.layout.matrices(lhs, rhs)
-    wq_dgrad = _quantized(w, Scaling.TWO_D if self.recipe.weight_2d else Scaling.ONE_D)  # (K, N): along N
-    xq_wgrad = _quantized(x, Scaling.ONE_D, rht=self.recipe.rht, axis=0)  # x^T along M: (M, K) blocked along 0
+    wq_dgrad = _quantized(w, Scaling.TWO_D if self.recipe.weight_2d else Scaling.ONE_D,
+                          product=self.product)  # (K, N): along N
+    xq_wgrad = _quantized(x, Scaling.ONE_D, rht=self.recipe.rht, axis=0,
+                          product=self.product)  # x^T along M: (M, K) blocked along 0
     return checkpoint_name(xq_wgrad, QUANTIZATION_NAME), checkpoint_name(wq_dgrad, QUANTIZATION_NAME), key
 
   def fprop(self, lhs: jax.Array, rhs: jax.Array, residuals: _Residuals) -> jax.Array:
     x, w = self.layout.matrices(lhs, rhs)
-    return _fprop_nvfp4(x, residuals[1], w, self.recipe).reshape(self.layout.out_shape)
+    return _fprop_nvfp4(x, residuals[1], w, self.recipe, self.product).reshape(self.layout.out_shape)
 
   def forward(self, lhs: jax.Array, rhs: jax.Array) -> jax.Array:
     """fprop where no backward follows (a model's initialization, evaluation, the primal of the custom VJP): the
@@ -169,16 +206,17 @@ class Nvfp4Matmul:
     does not share it). Why: every operation traced costs trace and compile time; maxtext builds a model several
     times before it trains (abstract shapes, initialization), each build calling every GEMM once."""
     x, w = self.layout.matrices(lhs, rhs)
-    return _fprop_nvfp4(x, None, w, self.recipe).reshape(self.layout.out_shape)
+    return _fprop_nvfp4(x, None, w, self.recipe, self.product).reshape(self.layout.out_shape)
 
   def backward(self, residuals: _Residuals, dy: jax.Array) -> tuple[jax.Array, jax.Array]:
     """dY has y's dtype, which is lhs's, so dx takes dy.dtype; dW takes the kernel's dtype (f32 master weights)."""
     xq_wgrad, wq_dgrad, key = residuals
-    dy = dy.reshape(-1, wq_dgrad.values.shape[1])  # (M, N)
+    dy = dy.reshape(-1, self.layout.n)  # (M, N)
     key_dgrad, key_wgrad = jax.random.split(key) if self.recipe.stochastic_rounding else (None, None)
-    dyq = _quantized(dy, Scaling.ONE_D, key=key_dgrad)  # (M, N) along N
+    dyq = _quantized(dy, Scaling.ONE_D, key=key_dgrad, product=self.product)  # (M, N) along N
     dx = _product(dyq, wq_dgrad, (1, 1), self.recipe.format).astype(dy.dtype)  # (M, N) . (K, N)^T
-    dyq_t = _quantized(dy, Scaling.ONE_D, rht=self.recipe.rht, key=key_wgrad, axis=0)  # dY^T along M, in place
+    dyq_t = _quantized(dy, Scaling.ONE_D, rht=self.recipe.rht, key=key_wgrad, axis=0,
+                       product=self.product)  # dY^T along M, in place
     dw = _product(xq_wgrad, dyq_t, (0, 0), self.recipe.format).astype(self.layout.w_dtype)  # (M, K)^T . (M, N)
     return self.layout.unmatrices(dx, dw)
 
@@ -236,7 +274,7 @@ def as_matrices(lhs: jax.Array, rhs: jax.Array, dimension_numbers: DimensionNumb
 
 
 def nvfp4_matmul(lhs: jax.Array, rhs: jax.Array, dimension_numbers: DimensionNumbers,
-                 recipe: GemmRecipe = GemmRecipe()) -> Nvfp4Matmul:
+                 recipe: GemmRecipe = GemmRecipe(), product: Product = Product.DEQUANTIZED) -> Nvfp4Matmul:
   """The NVFP4 GEMM of lhs . rhs as its VJP parts, after checking the dims (see nvfp4_dot_general)."""
   lhs_c, rhs_c, k = _check_dims(lhs, rhs, dimension_numbers, recipe.format.block_size)
   lhs_free = tuple(d for d in range(lhs.ndim) if d not in lhs_c)
@@ -244,7 +282,7 @@ def nvfp4_matmul(lhs: jax.Array, rhs: jax.Array, dimension_numbers: DimensionNum
   layout = _Layout(dimension_numbers=((lhs_c, rhs_c), ((), ())), lhs_shape=tuple(lhs.shape),
                    rhs_shape=tuple(rhs.shape), lhs_perm=lhs_free + lhs_c, rhs_perm=rhs_c + rhs_free, k=k,
                    w_dtype=jnp.dtype(rhs.dtype))
-  return Nvfp4Matmul(layout, recipe)
+  return Nvfp4Matmul(layout, recipe, product)
 
 
 def nvfp4_dot_general(
@@ -254,6 +292,7 @@ def nvfp4_dot_general(
     *,
     key: jax.Array | None,
     recipe: GemmRecipe = GemmRecipe(),
+    product: Product = Product.DEQUANTIZED,
 ) -> jax.Array:
   """`jax.lax.dot_general` for y = lhs . rhs with NVFP4 operands in fprop, dgrad and wgrad.
 
@@ -263,6 +302,7 @@ def nvfp4_dot_general(
     dimension_numbers: ((lhs_contracting, rhs_contracting), ((), ())), as DenseGeneral passes.
     key: PRNG key for the stochastic rounding of this call's output gradient (None only without SR).
     recipe: the recipe switches.
+    product: how the quantized operands are multiplied (the quantization is the same): `Product`.
 
   Returns:
     lhs free dims + rhs free dims, as jax.lax.dot_general orders them.
@@ -271,7 +311,7 @@ def nvfp4_dot_general(
     NotImplementedError: batch dimensions.
     ValueError: M (product of lhs free dims), K or N not a multiple of 16; stochastic rounding without a key.
   """
-  gemm = nvfp4_matmul(lhs, rhs, dimension_numbers, recipe)
+  gemm = nvfp4_matmul(lhs, rhs, dimension_numbers, recipe, product)
   if recipe.stochastic_rounding and key is None:
     raise ValueError("nvfp4_dot_general: recipe.stochastic_rounding=True needs a PRNG key; got key=None.")
   return _matmul(lhs, rhs, key, gemm)

@@ -282,6 +282,19 @@ def quantize_block_scaled(
   return _block_scaled(x, key if stochastic_rounding else None, scaling=scaling, rht=rht, axis=axis)
 
 
+def _rounded(x: jax.Array, key: jax.Array | None, scaling: Scaling, rht: bool, axis: int
+             ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+  """(elements on the E2M1 grid, blocked; e4m3 scales, blocked; block amaxes, blocked; global amax): what both GEMM
+  operand forms (`quantize_block_scaled`, `quantize_codes`) are made of, so that the two are the same numbers."""
+  y, s8, bamax, amax = _encode(x, scaling, rht, axis)
+  if key is not None:
+    # The bits x's transpose (block axis last) would draw, in x's layout.
+    order = tuple(d for d in range(x.ndim) if d != axis) + (axis,)
+    bits = rounding.random_bits(key, x.shape, order).reshape(y.shape)
+    return rounding.stochastic_round_to_grid(y, bits), s8, bamax, amax
+  return round_to_e2m1_grid(y), s8, bamax, amax
+
+
 @functools.partial(jax.jit, static_argnames=("scaling", "rht", "axis"))
 def _block_scaled(x: jax.Array, key: jax.Array | None, *, scaling: Scaling, rht: bool, axis: int
                   ) -> tuple[jax.Array, jax.Array]:
@@ -289,18 +302,73 @@ def _block_scaled(x: jax.Array, key: jax.Array | None, *, scaling: Scaling, rht:
   operand, and maxtext traces each model several times before training (abstract shapes, initialization, the
   step); jit traces and lowers each (shape, dtype, switches) once and reuses it, where inline code is traced and
   lowered again at every call. XLA inlines the call, so the compiled program is the same."""
-  stochastic_rounding = key is not None
-  y, s8, bamax, amax = _encode(x, scaling, rht, axis)
-  if stochastic_rounding:
-    # The bits x's transpose (block axis last) would draw, in x's layout.
-    order = tuple(d for d in range(x.ndim) if d != axis) + (axis,)
-    bits = rounding.random_bits(key, x.shape, order).reshape(y.shape)
-    q = rounding.stochastic_round_to_grid(y, bits)
-  else:
-    q = round_to_e2m1_grid(y)
+  q, s8, bamax, amax = _rounded(x, key, scaling, rht, axis)
   # NaN/Inf blocks: bamax is NaN or inf exactly then (block_amax propagates NaN). Per block, so nearly free.
   block_scale = jnp.where(jnp.isfinite(bamax), s8.astype(jnp.float32), np.float32(np.nan))
   return (q * block_scale).astype(jnp.bfloat16).reshape(x.shape), amax
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class BlockCodes:
+  """A 2D GEMM operand as NVIDIA's block-scaled GEMM takes it: E2M1 codes, E4M3 block scales, the tensor amax.
+
+  codes: float4_e2m1fn, the operand's own layout (rows, cols); never a dequantized copy.
+  scales: float8_e4m3fn, compact: (rows, cols/16) for 1x16 blocks along axis 1, (rows/16, cols) along axis 0,
+    (rows/16, cols/16) for 16x16 tiles. A block holding a NaN or an Inf has a NaN scale, so the GEMM's output is
+    non-finite wherever a BF16 GEMM's would be (float4 has no NaN; the codes of such a block are +-6).
+  codes * scales per block equals `quantize_block_scaled`'s values of the same call, bit for bit.
+  """
+
+  codes: jax.Array
+  scales: jax.Array
+  amax: jax.Array
+  scaling: Scaling = dataclasses.field(metadata={"static": True})
+  axis: int = dataclasses.field(metadata={"static": True})  # the 1D block axis (1 for 2D tiles: both)
+
+  def contracting(self, axis: int) -> tuple[jax.Array, jax.Array]:
+    """(codes, scales) laid out for a GEMM contracting `axis`: (rows, K) and (rows, K/16), K last, as
+    `jax.nn.scaled_matmul` (and TE's GEMM, row-wise) take them. Axis 0 transposes: a data movement of 4-bit codes
+    (TE's column-wise copy is the same transpose, written by its quantizer)."""
+    if self.scaling is Scaling.ONE_D and axis != self.axis:
+      raise ValueError(f"BlockCodes: 1x16 blocks along axis {self.axis} cannot contract axis {axis}")
+    scales = self.scales
+    if self.scaling is Scaling.TWO_D:  # one scale per tile: repeated for each of its 16 rows across `axis`
+      scales = jnp.repeat(scales, BLOCK_SIZE, axis=1 - axis)
+    return (self.codes, scales) if axis == 1 else (self.codes.T, scales.T)
+
+
+def quantize_codes(
+    x: jax.Array,
+    scaling: Scaling | str = "1d",
+    rht: bool = False,
+    stochastic_rounding: bool = False,
+    key: jax.Array | None = None,
+    axis: int = -1,
+) -> BlockCodes:
+  """A 2D GEMM operand as E2M1 codes and E4M3 block scales (`BlockCodes`): the same quantization as
+  `quantize_block_scaled` of the same arguments (random bits of stochastic rounding included), kept in the form
+  NVIDIA's block-scaled GEMM reads, never dequantized. What the fused backend multiplies."""
+  x = jnp.asarray(x)
+  scaling = Scaling(scaling)
+  if x.ndim != 2:
+    raise ValueError(f"quantize_codes: a GEMM operand is 2D, got shape {x.shape}")
+  axis = axis % 2
+  _check_input(x, scaling, stochastic_rounding, key, axis)
+  codes, scales, amax = _codes(x, key if stochastic_rounding else None, scaling=scaling, rht=rht, axis=axis)
+  return BlockCodes(codes, scales, amax, scaling, 1 if scaling is Scaling.TWO_D else axis)
+
+
+@functools.partial(jax.jit, static_argnames=("scaling", "rht", "axis"))
+def _codes(x: jax.Array, key: jax.Array | None, *, scaling: Scaling, rht: bool, axis: int
+           ) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """quantize_codes after its checks, jitted for the reason `_block_scaled` is."""
+  q, s8, bamax, amax = _rounded(x, key, scaling, rht, axis)
+  scales = jnp.where(jnp.isfinite(bamax), s8.astype(jnp.float32), np.float32(np.nan)).astype(s8.dtype)
+  m, n = x.shape
+  compact = (m, n // BLOCK_SIZE) if (scaling is Scaling.ONE_D and axis == 1) else (
+      (m // BLOCK_SIZE, n) if scaling is Scaling.ONE_D else (m // BLOCK_SIZE, n // BLOCK_SIZE))
+  return pack_e2m1(e2m1_codes(q.reshape(x.shape))), scales.reshape(compact), amax
 
 
 def dequantize(t: Nvfp4Tensor, dtype: jnp.dtype = jnp.float32) -> jax.Array:

@@ -26,7 +26,8 @@ class _DeclaredKeys(pydantic.BaseModel):
 
   nvfp4_backend: Backend = Field(
       Backend.AUTO,
-      description="Implementation of the NVFP4 GEMMs: 'auto' (TE on Blackwell, else emulated), 'te', 'emulated'.",
+      description="Implementation of the NVFP4 GEMMs: 'auto' (TE on Blackwell, else emulated), 'te', 'emulated', "
+      "'fused' (our quantizer compiled into the step, NVIDIA's block-scaled GEMM).",
   )
   nvfp4_attention_precision: AttentionPrecision = Field(
       AttentionPrecision.BF16,

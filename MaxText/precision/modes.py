@@ -31,11 +31,15 @@ class Backend(str, enum.Enum):
     else EMULATED; the choice is logged in one line, never made silently.
   TE: TransformerEngine's NVFP4 GEMMs; a clear error before compiling when TE or a Blackwell GPU is missing.
   EMULATED: pure JAX, bit-identical quantized operands to TE's quantizer; runs anywhere, CPU included.
+  FUSED: the emulated backend's quantizer compiled into the step by XLA (it can fuse into the operands' producers),
+    keeping codes and block scales only, multiplied by NVIDIA's block-scaled GEMM through `jax.nn.scaled_matmul`
+    (cuDNN where XLA has it; a dequantize + f32 dot elsewhere, the emulated backend's numbers). Asked for by name.
   """
 
   AUTO = "auto"
   TE = "te"
   EMULATED = "emulated"
+  FUSED = "fused"
 
 
 class AttentionPrecision(str, enum.Enum):

@@ -49,6 +49,9 @@ NVFP4_MIN_GAP = 0.01
 _RUNS = {
     "mixtral_sparse": [*MIXTRAL, "sparse_matmul=true", "megablox=false"],
     "mixtral_dense": [*MIXTRAL, "sparse_matmul=false"],
+    # The fused backend: its experts take the emulated grouped GEMM (no grouped block-scaled GEMM yet).
+    "mixtral_fused": [*MIXTRAL, "sparse_matmul=true", "megablox=false", "nvfp4_backend=fused",
+                      "learning_rate_schedule_steps=20"],
     "mixtral_bf16": [*MIXTRAL, "megablox=false", "nvfp4_mlp_precision=bf16"],
     # Statistics every 5 steps too (they leave the losses unchanged): megablox's experts, the shared expert and the
     # dense layer each report theirs. (cb3b295, before the GEMM pipeline, failed to trace statistics here.)
@@ -66,12 +69,17 @@ _RUNS = {
                              "per_device_batch_size=1", "learning_rate_schedule_steps=20"],
 }
 #: Runs that need fewer than STEPS steps.
-_SHORT = {"mixtral_late": 2, "mixtral_last_bf16": 1, "mixtral_sparse_fsdp4": 3, "mixtral_stats": 3}
+_SHORT = {"mixtral_late": 2, "mixtral_last_bf16": 1, "mixtral_sparse_fsdp4": 3, "mixtral_stats": 3, "mixtral_fused": 3}
 _ENV = {"mixtral_sparse_fsdp4": {"XLA_FLAGS": "--xla_force_host_platform_device_count=4"}}
 #: 4 devices vs 1: the sparse path runs inside maxtext's shard_map, so each device quantizes its own tokens (an
 #: expert's activation amax is per device, as on every rank of a multi-GPU run). Measured gap: 2e-4 (step 0),
 #: 7e-4 (step 1).
 FSDP_GAP_BOUND = 5e-3
+
+
+def _backend(overrides: list[str]) -> list[str]:
+  """nvfp4_backend=emulated unless the run names its own (maxtext refuses a key given twice)."""
+  return [] if any(o.startswith("nvfp4_backend=") for o in overrides) else ["nvfp4_backend=emulated"]
 
 
 class _Runs:
@@ -85,7 +93,7 @@ class _Runs:
       run_dir = self.root / name
       run_dir.mkdir()
       result = train_cli([f"run_name={name}", f"base_output_directory={self.root}", f"steps={_SHORT.get(name, STEPS)}",
-                          "quantization=te_nvfp4", "nvfp4_backend=emulated",
+                          "quantization=te_nvfp4", *_backend(_RUNS[name]),
                           f"metrics_file={run_dir / 'metrics.jsonl'}", *_RUNS[name]], self.jax_cache_dir, timeout=600,
                          env=_ENV.get(name))
       assert result.returncode == 0, f"{name}: {result.stderr[-4000:]}"
@@ -121,6 +129,16 @@ def test_mixtral_sparse_and_dense_paths_agree(runs):
   """Same numerics on both paths up to token layout: the step-0 losses agree closely."""
   sparse, dense = (read_losses(runs[n] / "metrics.jsonl") for n in ("mixtral_sparse", "mixtral_dense"))
   assert abs(sparse[0] - dense[0]) < 0.01, (sparse[0], dense[0])
+
+
+@pytest.mark.slow
+def test_the_fused_backend_trains_a_moe_model_as_the_emulated_backend(runs):
+  """nvfp4_backend=fused on a Mixtral: the experts take the emulated grouped GEMM, and the losses are mixtral_sparse's
+  bit for bit (the bound between the backends on CPU: 0, as for the dense model in train_runs_test.py)."""
+  fused = read_losses(runs["mixtral_fused"] / "metrics.jsonl")
+  assert fused == read_losses(runs["mixtral_sparse"] / "metrics.jsonl")[:len(fused)], fused
+  plan = json.loads((runs["mixtral_fused"] / "precision_plan.json").read_text())
+  assert plan["backend"] == "fused" and any(g["kind"] == "experts" and g["precision"] == "nvfp4" for g in plan["gemms"])
 
 
 @pytest.mark.slow
