@@ -70,7 +70,7 @@ def _gemm_programs(k: int, n: int, m: int, settings: Any, device: Any) -> tuple[
     @nn.compact
     def __call__(self, x, w, dimension_numbers):
       quantizer_set = self.generate_quantizer_set(
-          fp8_recipe=te_backend._te_recipe(Precision.NVFP4, settings.recipe),  # pylint: disable=protected-access
+          fp8_recipe=te_backend.recipe_of(Precision.NVFP4, settings.recipe),
           quantization_checkpoint_name=QUANTIZATION_NAME)
       return te_dense.dense(x, w, contracting_dims=dimension_numbers[0], quantizer_set=quantizer_set)
 

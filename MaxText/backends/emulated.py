@@ -18,7 +18,15 @@ from MaxText.backends import pipeline
 from MaxText.backends.sr import sr_key
 from MaxText.backends.stages import Core
 from MaxText.nvfp4 import audit
-from MaxText.nvfp4.gemm import DimensionNumbers, GemmRecipe, Product, nvfp4_dot_general, nvfp4_matmul
+from MaxText.nvfp4.gemm import (
+    BlockScaledGemm,
+    DimensionNumbers,
+    GemmRecipe,
+    Product,
+    nvfp4_dot_general,
+    nvfp4_matmul,
+    scaled_matmul_gemm,
+)
 from MaxText.precision.settings import Settings
 
 __all__ = ["DotGeneralModule", "Nvfp4DotGeneral", "UnquantizedDotGeneral", "core", "unquantized"]
@@ -37,13 +45,14 @@ def unquantized(dimension_numbers: Any, out_dtype: Any = None) -> Any:
 
 
 def core(lhs: jax.Array, rhs: jax.Array, dimension_numbers: DimensionNumbers, recipe: GemmRecipe,
-         product: Product = Product.DEQUANTIZED) -> Core:
+         product: Product = Product.DEQUANTIZED, block_gemm: BlockScaledGemm = scaled_matmul_gemm) -> Core:
   """The pure-JAX NVFP4 GEMM of lhs . rhs as the pipeline's core; its `extra` is the stochastic-rounding key. Its VJP
   parts are the numerics' own (Nvfp4Matmul), so after the forward-only switch only the BF16 forward GEMM runs.
-  `product`: the emulated backend's dot on dequantized operands, or the fused backend's block-scaled GEMM."""
-  parts = nvfp4_matmul(lhs, rhs, dimension_numbers, recipe, product)
+  `product`: the emulated backend's dot on dequantized operands, or the fused backend's block-scaled GEMM
+  (`block_gemm`)."""
+  parts = nvfp4_matmul(lhs, rhs, dimension_numbers, recipe, product, block_gemm)
   return Core(call=lambda left, right, key: nvfp4_dot_general(left, right, dimension_numbers, key=key, recipe=recipe,
-                                                              product=product),
+                                                              product=product, block_gemm=block_gemm),
               residuals=parts.residuals, fprop=parts.fprop, backward=parts.backward)
 
 
@@ -53,6 +62,7 @@ class Nvfp4DotGeneral(nn.Module):
 
   settings: Settings
   product: Product = Product.DEQUANTIZED
+  block_gemm: BlockScaledGemm = scaled_matmul_gemm
 
   @nn.compact
   def __call__(self, lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None):
@@ -61,8 +71,10 @@ class Nvfp4DotGeneral(nn.Module):
     key = sr_key(self) if recipe.stochastic_rounding else None
     state, sinks = pipeline.stages_of(self, self.settings, guard=False, candidate=audit.emulated)
     bf16 = unquantized(dimension_numbers)
-    gemm = pipeline.assembled(state, lambda left, right: core(left, right, dimension_numbers, recipe, self.product),
-                              bf16, dimension_numbers)
+    def nvfp4_core(left, right):
+      return core(left, right, dimension_numbers, recipe, self.product, self.block_gemm)
+
+    gemm = pipeline.assembled(state, nvfp4_core, bf16, dimension_numbers)
     return gemm(lhs, rhs, (key, sinks))
 
 

@@ -53,7 +53,10 @@ def implementation_name(precision: Precision) -> str:
   return "TransformerEngine Float8CurrentScaling dense"
 
 
-def _te_recipe(precision: Precision, recipe: GemmRecipe) -> Any:
+def recipe_of(precision: Precision, recipe: GemmRecipe) -> Any:
+  """TE's recipe object for a GEMM of `precision` under our recipe switches (NVFP4BlockScaling or
+  Float8CurrentScaling); public for the tools that build TE's quantizers as this backend does
+  (scripts/audit_overhead.py)."""
   # pylint: disable-next=import-outside-toplevel  # optional heavy dependency: TE, only where a TE module is built
   from transformer_engine.common import recipe as te_recipe
 
@@ -88,7 +91,7 @@ def dot_general_cls(precision: Precision, settings: Settings) -> type:
   # pylint: disable-next=import-outside-toplevel  # optional heavy dependency: TE, as above
   from transformer_engine.jax.flax.module import TransformerEngineBase
 
-  te_recipe = _te_recipe(precision, settings.recipe)
+  te_recipe = recipe_of(precision, settings.recipe)
   is_nvfp4 = precision is Precision.NVFP4  # (the module's __call__ has a `precision` argument of its own)
 
   class TeDotGeneral(TransformerEngineBase):

@@ -34,7 +34,8 @@ from MaxText.nvfp4.formats import (
   to_e4m3_satfinite,
 )
 from MaxText.nvfp4.operands import Operand
-from MaxText.nvfp4.quantize import Scaling, _encode
+from MaxText.nvfp4.quantize import Scaling
+from MaxText.nvfp4.quantize import encode as encode_blocks
 from MaxText.nvfp4.rounding import RANDOM_BITS, random_bits, stochastic_round_to_grid
 
 # Operand and gemm_operands are the operand table's (MaxText.nvfp4.operands), named here too for the callers that
@@ -78,7 +79,7 @@ def encode(a: jax.Array, operand: Operand, *, rht_signs: np.ndarray = hadamard.R
   given, is the tensor amax to quantize with instead of the tensor's own (`audited`).
   """
   t = blocked(a, operand)
-  y, s8, _, amax = _encode(t, operand.scaling, operand.rht, -1, rht_signs=rht_signs, to_e4m3=to_e4m3, amax=amax)
+  y, s8, _, amax = encode_blocks(t, operand.scaling, operand.rht, -1, rht_signs=rht_signs, to_e4m3=to_e4m3, amax=amax)
   scales = s8 if operand.scaling is Scaling.ONE_D else jnp.broadcast_to(s8, (s8.shape[0], BLOCK_SIZE, *s8.shape[2:]))
   scales = jax.lax.bitcast_convert_type(scales.reshape(t.shape[0], t.shape[1] // BLOCK_SIZE), jnp.uint8)
   scaled = y.reshape(t.shape)

@@ -25,6 +25,7 @@ those parts; the numerics hold no training policy of their own.
 import dataclasses
 import enum
 import functools
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -91,6 +92,19 @@ class Product(enum.Enum):
 
 Quantized = BlockScaled | BlockCodes
 
+#: A block-scaled GEMM: (a, the axis of a it contracts, b, the axis of b it contracts) -> the f32 product with the
+#: tensor scales applied (alpha), a's free axis first. `scaled_matmul_gemm` is jax's; a backend may bring another
+#: (TransformerEngine's cuBLASLt NVFP4 GEMM, MaxText.backends.te_gemm) on the same operands.
+BlockScaledGemm = Callable[[BlockCodes, int, BlockCodes, int], jax.Array]
+
+
+def scaled_matmul_gemm(a: BlockCodes, a_axis: int, b: BlockCodes, b_axis: int) -> jax.Array:
+  """`jax.nn.scaled_matmul` on the codes and scales laid out K-last, times alpha = amax_a/2688 * amax_b/2688."""
+  (a_codes, a_scales), (b_codes, b_scales) = a.contracting(a_axis), b.contracting(b_axis)
+  dot = jax.nn.scaled_matmul(a_codes[None], b_codes[None], a_scales[None], b_scales[None],
+                             preferred_element_type=jnp.float32)[0]
+  return dot * (divide(a.amax, NVFP4.tensor_scale_range) * divide(b.amax, NVFP4.tensor_scale_range))
+
 
 def _quantized(
     x: jax.Array, scaling: Scaling, rht: bool = False, key: jax.Array | None = None, axis: int = -1,
@@ -103,20 +117,18 @@ def _quantized(
   return BlockScaled(values, amax)
 
 
-def _product(a: Quantized, b: Quantized, contracting: tuple[int, int], fmt: BlockFormat) -> jax.Array:
+def _product(a: Quantized, b: Quantized, contracting: tuple[int, int], fmt: BlockFormat,
+             block_gemm: BlockScaledGemm = scaled_matmul_gemm) -> jax.Array:
   """a . b contracting axis contracting[0] of a with contracting[1] of b: f32 dot times alpha.
 
   alpha = amax_a/2688 * amax_b/2688. The operands are bf16 and exact, their products exact in f32, and the dot
   accumulates in f32 (preferred_element_type), as the FP4 tensor-core GEMM does: the same numbers as an f32
-  dot of the same values at Precision.HIGHEST, at bf16 matmul speed. Codes and scales (`BlockCodes`) go to
-  `jax.nn.scaled_matmul` instead, laid out K-last (a's free axis first, then b's, as dot_general orders them).
+  dot of the same values at Precision.HIGHEST, at bf16 matmul speed. Codes and scales (`BlockCodes`) go to a
+  block-scaled GEMM instead (`block_gemm`: a's free axis first, then b's, as dot_general orders them).
   """
-  alpha = divide(a.amax, fmt.tensor_scale_range) * divide(b.amax, fmt.tensor_scale_range)
   if isinstance(a, BlockCodes) and isinstance(b, BlockCodes):
-    (a_codes, a_scales), (b_codes, b_scales) = a.contracting(contracting[0]), b.contracting(contracting[1])
-    dot = jax.nn.scaled_matmul(a_codes[None], b_codes[None], a_scales[None], b_scales[None],
-                               preferred_element_type=jnp.float32)[0]
-    return dot * alpha
+    return block_gemm(a, contracting[0], b, contracting[1])
+  alpha = divide(a.amax, fmt.tensor_scale_range) * divide(b.amax, fmt.tensor_scale_range)
   dot = jax.lax.dot_general(a.values, b.values, (((contracting[0],), (contracting[1],)), ((), ())),
                             preferred_element_type=jnp.float32)
   return dot * alpha
@@ -162,7 +174,7 @@ _Residuals = tuple[Quantized, Quantized, jax.Array | None]
 
 
 def _fprop_nvfp4(x: jax.Array, wq_dgrad: Quantized | None, w: jax.Array, recipe: GemmRecipe,
-                 product: Product) -> jax.Array:
+                 product: Product, block_gemm: BlockScaledGemm) -> jax.Array:
   """y = x . W on NVFP4 operands: x 1D along K; W the dgrad copy's 2D tiles (quantized here when `wq_dgrad` is
   None), or 1D along K."""
   xq = _quantized(x, Scaling.ONE_D, product=product)  # (M, K) along K
@@ -171,7 +183,7 @@ def _fprop_nvfp4(x: jax.Array, wq_dgrad: Quantized | None, w: jax.Array, recipe:
     wq_fprop = _quantized(w, Scaling.TWO_D, product=product) if wq_dgrad is None else wq_dgrad
   else:
     wq_fprop = _quantized(w, Scaling.ONE_D, axis=0, product=product)  # (K, N) along K
-  return _product(xq, wq_fprop, (1, 0), recipe.format).astype(x.dtype)
+  return _product(xq, wq_fprop, (1, 0), recipe.format, block_gemm).astype(x.dtype)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -187,6 +199,7 @@ class Nvfp4Matmul:
   layout: _Layout
   recipe: GemmRecipe
   product: Product = Product.DEQUANTIZED
+  block_gemm: BlockScaledGemm = scaled_matmul_gemm  # Product.BLOCK_SCALED's GEMM
 
   def residuals(self, lhs: jax.Array, rhs: jax.Array, key: jax.Array | None) -> _Residuals:
     x, w = self.layout.matrices(lhs, rhs)
@@ -198,7 +211,7 @@ class Nvfp4Matmul:
 
   def fprop(self, lhs: jax.Array, rhs: jax.Array, residuals: _Residuals) -> jax.Array:
     x, w = self.layout.matrices(lhs, rhs)
-    return _fprop_nvfp4(x, residuals[1], w, self.recipe, self.product).reshape(self.layout.out_shape)
+    return _fprop_nvfp4(x, residuals[1], w, self.recipe, self.product, self.block_gemm).reshape(self.layout.out_shape)
 
   def forward(self, lhs: jax.Array, rhs: jax.Array) -> jax.Array:
     """fprop where no backward follows (a model's initialization, evaluation, the primal of the custom VJP): the
@@ -206,7 +219,7 @@ class Nvfp4Matmul:
     does not share it). Why: every operation traced costs trace and compile time; maxtext builds a model several
     times before it trains (abstract shapes, initialization), each build calling every GEMM once."""
     x, w = self.layout.matrices(lhs, rhs)
-    return _fprop_nvfp4(x, None, w, self.recipe, self.product).reshape(self.layout.out_shape)
+    return _fprop_nvfp4(x, None, w, self.recipe, self.product, self.block_gemm).reshape(self.layout.out_shape)
 
   def backward(self, residuals: _Residuals, dy: jax.Array) -> tuple[jax.Array, jax.Array]:
     """dY has y's dtype, which is lhs's, so dx takes dy.dtype; dW takes the kernel's dtype (f32 master weights)."""
@@ -214,10 +227,11 @@ class Nvfp4Matmul:
     dy = dy.reshape(-1, self.layout.n)  # (M, N)
     key_dgrad, key_wgrad = jax.random.split(key) if self.recipe.stochastic_rounding else (None, None)
     dyq = _quantized(dy, Scaling.ONE_D, key=key_dgrad, product=self.product)  # (M, N) along N
-    dx = _product(dyq, wq_dgrad, (1, 1), self.recipe.format).astype(dy.dtype)  # (M, N) . (K, N)^T
+    dx = _product(dyq, wq_dgrad, (1, 1), self.recipe.format, self.block_gemm).astype(dy.dtype)  # (M, N) . (K, N)^T
     dyq_t = _quantized(dy, Scaling.ONE_D, rht=self.recipe.rht, key=key_wgrad, axis=0,
                        product=self.product)  # dY^T along M, in place
-    dw = _product(xq_wgrad, dyq_t, (0, 0), self.recipe.format).astype(self.layout.w_dtype)  # (M, K)^T . (M, N)
+    # (M, K)^T . (M, N)
+    dw = _product(xq_wgrad, dyq_t, (0, 0), self.recipe.format, self.block_gemm).astype(self.layout.w_dtype)
     return self.layout.unmatrices(dx, dw)
 
 
@@ -274,7 +288,8 @@ def as_matrices(lhs: jax.Array, rhs: jax.Array, dimension_numbers: DimensionNumb
 
 
 def nvfp4_matmul(lhs: jax.Array, rhs: jax.Array, dimension_numbers: DimensionNumbers,
-                 recipe: GemmRecipe = GemmRecipe(), product: Product = Product.DEQUANTIZED) -> Nvfp4Matmul:
+                 recipe: GemmRecipe = GemmRecipe(), product: Product = Product.DEQUANTIZED,
+                 block_gemm: BlockScaledGemm = scaled_matmul_gemm) -> Nvfp4Matmul:
   """The NVFP4 GEMM of lhs . rhs as its VJP parts, after checking the dims (see nvfp4_dot_general)."""
   lhs_c, rhs_c, k = _check_dims(lhs, rhs, dimension_numbers, recipe.format.block_size)
   lhs_free = tuple(d for d in range(lhs.ndim) if d not in lhs_c)
@@ -282,7 +297,7 @@ def nvfp4_matmul(lhs: jax.Array, rhs: jax.Array, dimension_numbers: DimensionNum
   layout = _Layout(dimension_numbers=((lhs_c, rhs_c), ((), ())), lhs_shape=tuple(lhs.shape),
                    rhs_shape=tuple(rhs.shape), lhs_perm=lhs_free + lhs_c, rhs_perm=rhs_c + rhs_free, k=k,
                    w_dtype=jnp.dtype(rhs.dtype))
-  return Nvfp4Matmul(layout, recipe, product)
+  return Nvfp4Matmul(layout, recipe, product, block_gemm)
 
 
 def nvfp4_dot_general(
@@ -293,6 +308,7 @@ def nvfp4_dot_general(
     key: jax.Array | None,
     recipe: GemmRecipe = GemmRecipe(),
     product: Product = Product.DEQUANTIZED,
+    block_gemm: BlockScaledGemm = scaled_matmul_gemm,
 ) -> jax.Array:
   """`jax.lax.dot_general` for y = lhs . rhs with NVFP4 operands in fprop, dgrad and wgrad.
 
@@ -303,6 +319,7 @@ def nvfp4_dot_general(
     key: PRNG key for the stochastic rounding of this call's output gradient (None only without SR).
     recipe: the recipe switches.
     product: how the quantized operands are multiplied (the quantization is the same): `Product`.
+    block_gemm: the block-scaled GEMM of Product.BLOCK_SCALED (`BlockScaledGemm`).
 
   Returns:
     lhs free dims + rhs free dims, as jax.lax.dot_general orders them.
@@ -311,7 +328,7 @@ def nvfp4_dot_general(
     NotImplementedError: batch dimensions.
     ValueError: M (product of lhs free dims), K or N not a multiple of 16; stochastic rounding without a key.
   """
-  gemm = nvfp4_matmul(lhs, rhs, dimension_numbers, recipe, product)
+  gemm = nvfp4_matmul(lhs, rhs, dimension_numbers, recipe, product, block_gemm)
   if recipe.stochastic_rounding and key is None:
     raise ValueError("nvfp4_dot_general: recipe.stochastic_rounding=True needs a PRNG key; got key=None.")
   return _matmul(lhs, rhs, key, gemm)

@@ -81,7 +81,7 @@ class Nvfp4Tensor:
     return self.data.shape
 
 
-def _check_input(
+def check_input(
     x: jax.Array, scaling: Scaling, stochastic_rounding: bool, key: jax.Array | None, axis: int
 ) -> None:
   """Raises before tracing anything heavy, with the shape/dtype and what would work."""
@@ -157,7 +157,7 @@ def tensor_scales(amax: jax.Array) -> tuple[jax.Array, jax.Array]:
   return s_enc, divide(np.float32(1.0), s_enc)
 
 
-def _blocked(x: jax.Array, scaling: Scaling, axis: int) -> tuple[jax.Array, tuple[int, ...]]:
+def blocked(x: jax.Array, scaling: Scaling, axis: int) -> tuple[jax.Array, tuple[int, ...]]:
   """Views x with explicit block axes, and those axes: 1D along `axis` splits it into (n/16, 16) in place
   (the 16 is the block axis); 2D gives (..., M/16, 16, N/16, 16) over the last two axes (block axes -3, -1)."""
   if scaling is Scaling.ONE_D:
@@ -213,8 +213,8 @@ def quantize(
   """
   x = jnp.asarray(x)
   scaling = Scaling(scaling)
-  _check_input(x, scaling, stochastic_rounding, key, -1)
-  y, s8, _, amax = _encode(x, scaling, rht, -1)
+  check_input(x, scaling, stochastic_rounding, key, -1)
+  y, s8, _, amax = encode(x, scaling, rht, -1)
   if stochastic_rounding:
     y = rounding.stochastic_round_to_grid(y, rounding.random_bits(key, y.shape))
   # E2M1 codes by compares, packed and bitcast: XLA:CPU's float4 conversion runs one scalar at a time.
@@ -225,7 +225,7 @@ def quantize(
   return Nvfp4Tensor(data=data, scale=scale, amax=amax, scaling=scaling, rht=rht)
 
 
-def _encode(
+def encode(
     x: jax.Array, scaling: Scaling, rht: bool, axis: int, *, rht_signs: np.ndarray = hadamard.RHT_SIGNS,
     to_e4m3: Callable[[jax.Array], jax.Array] = to_e4m3_satfinite, amax: jax.Array | None = None,
 ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
@@ -237,7 +237,7 @@ def _encode(
   TE takes per data shard: MaxText.nvfp4.audit); nothing else passes these."""
   if rht:
     x = hadamard.rht(x, axis, rht_signs)  # bf16, as TE's RHT kernel writes it; the amax is the post-RHT amax.
-  blocks, block_axes = _blocked(x, scaling, axis)
+  blocks, block_axes = blocked(x, scaling, axis)
   bamax = block_amax(blocks, block_axes)  # a NaN block -> FLT_MAX -> scale 448
   amax = global_amax(x, bamax) if amax is None else amax
   s_enc, s_dec = tensor_scales(amax)
@@ -278,7 +278,7 @@ def quantize_block_scaled(
   x = jnp.asarray(x)
   scaling = Scaling(scaling)
   axis = axis % max(x.ndim, 1)
-  _check_input(x, scaling, stochastic_rounding, key, axis)
+  check_input(x, scaling, stochastic_rounding, key, axis)
   return _block_scaled(x, key if stochastic_rounding else None, scaling=scaling, rht=rht, axis=axis)
 
 
@@ -286,7 +286,7 @@ def _rounded(x: jax.Array, key: jax.Array | None, scaling: Scaling, rht: bool, a
              ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
   """(elements on the E2M1 grid, blocked; e4m3 scales, blocked; block amaxes, blocked; global amax): what both GEMM
   operand forms (`quantize_block_scaled`, `quantize_codes`) are made of, so that the two are the same numbers."""
-  y, s8, bamax, amax = _encode(x, scaling, rht, axis)
+  y, s8, bamax, amax = encode(x, scaling, rht, axis)
   if key is not None:
     # The bits x's transpose (block axis last) would draw, in x's layout.
     order = tuple(d for d in range(x.ndim) if d != axis) + (axis,)
@@ -354,7 +354,7 @@ def quantize_codes(
   if x.ndim != 2:
     raise ValueError(f"quantize_codes: a GEMM operand is 2D, got shape {x.shape}")
   axis = axis % 2
-  _check_input(x, scaling, stochastic_rounding, key, axis)
+  check_input(x, scaling, stochastic_rounding, key, axis)
   codes, scales, amax = _codes(x, key if stochastic_rounding else None, scaling=scaling, rht=rht, axis=axis)
   return BlockCodes(codes, scales, amax, scaling, 1 if scaling is Scaling.TWO_D else axis)
 
@@ -376,7 +376,7 @@ def dequantize(t: Nvfp4Tensor, dtype: jnp.dtype = jnp.float32) -> jax.Array:
 
   The result is computed in float32 and cast to `dtype` once at the end.
   """
-  blocks, _ = _blocked(t.data.astype(jnp.float32), Scaling.ONE_D, t.data.ndim - 1)
+  blocks, _ = blocked(t.data.astype(jnp.float32), Scaling.ONE_D, t.data.ndim - 1)
   y = (blocks * (t.scale.astype(jnp.float32) * divide(t.amax, TENSOR_SCALE_RANGE))[..., None]).reshape(t.shape)
   if t.rht:
     y = hadamard.inverse_rht(y)

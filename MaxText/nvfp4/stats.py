@@ -2,7 +2,7 @@
 """How much one NVFP4 quantization loses: amax, underflow, relative error and subnormal block scales.
 
 Why in the numerics layer: the statistics must describe the operands the GEMM really sees, so they are computed
-by the same encoding (`quantize._encode`: RHT, tensor scale, E4M3 block scales, the kernels' f32 order) that
+by the same encoding (`quantize.encode`: RHT, tensor scale, E4M3 block scales, the kernels' f32 order) that
 `quantize` and the GEMM use, then read off before and after the E2M1 rounding. They are therefore exact with
 respect to TransformerEngine's quantizer, which ours equals bit for bit.
 
@@ -22,7 +22,7 @@ from MaxText.nvfp4 import hadamard
 from MaxText.nvfp4.formats import NVFP4, TENSOR_SCALE_RANGE, divide, round_to_e2m1_grid, widen
 from MaxText.nvfp4.gemm import GemmRecipe
 from MaxText.nvfp4.operands import BACKWARD_ROWS, FORWARD_ROWS, GEMM_OPERANDS, gemm_operands
-from MaxText.nvfp4.quantize import Scaling, _blocked, _check_input, _encode
+from MaxText.nvfp4.quantize import Scaling, blocked, check_input, encode
 
 __all__ = ["STAT_NAMES", "SUBNORMAL_SCALE",
            "backward_operand_stats", "empty_gemm_stats", "forward_operand_stats", "quantization_stats"]
@@ -69,13 +69,13 @@ def quantization_stats(
   x = jnp.asarray(x)
   scaling = Scaling(scaling)
   axis = axis % max(x.ndim, 1)
-  _check_input(x, scaling, False, None, axis)
+  check_input(x, scaling, False, None, axis)
   if rht:
     x = hadamard.rht(x, axis)  # the bf16 tensor TE's RHT kernel writes; every statistic describes it
-  y, s8, bamax, amax = _encode(x, scaling, False, axis)
+  y, s8, bamax, amax = encode(x, scaling, False, axis)
   q = round_to_e2m1_grid(y)
   scale = s8.astype(jnp.float32)
-  reference = widen(_blocked(x, scaling, axis)[0])
+  reference = widen(blocked(x, scaling, axis)[0])
   error = q * (scale * divide(amax, TENSOR_SCALE_RANGE)) - reference
   norm = jnp.sum(jnp.square(reference))
   rel_error = jnp.sqrt(jnp.sum(jnp.square(error)) / jnp.where(norm > 0, norm, np.float32(1.0)))

@@ -71,6 +71,21 @@ def test_emulated_nvfp4_gemm_compiles_for_h100(te):
   assert compiled.memory_analysis().temp_size_in_bytes > 0
 
 
+@pytest.mark.parametrize("target", ["b200", "gb300"])
+def test_fused_nvfp4_gemm_compiles_to_te_gemms_on_our_operands_for_blackwell(te, blackwell, target):
+  """nvfp4_backend=fused on Blackwell: our quantizer (XLA fusions) feeding TE's NVFP4 GEMM, three te_gemm_v2_ffi
+  calls and none of TE's quantize or RHT-amax kernels."""
+  from MaxText.backends import dense  # pylint: disable=import-outside-toplevel
+  from MaxText.precision.modes import Backend  # pylint: disable=import-outside-toplevel
+  from MaxText.precision.policy import Precision  # pylint: disable=import-outside-toplevel
+
+  del te, blackwell
+  module = dense.module_class(Precision.NVFP4, Backend.FUSED, settings())()
+  text = _compile_gemm(module, _device(target)).as_text()
+  assert text.count('custom_call_target="te_gemm_v2_ffi"') == 3, "fprop, dgrad and wgrad are TE's FP4 GEMMs"
+  assert "te_dbias_quantize_ffi" not in text and "te_rht_amax_ffi" not in text  # quantized by our code
+
+
 @pytest.mark.parametrize("name", sorted(TARGETS))
 def test_every_target_gives_a_compile_only_device(te, name):
   del te
@@ -105,10 +120,14 @@ def _te_gemms(compiled) -> int:
     # emb 256: maxtext shards the activations' embed dim over tensor, and TE's RHT wants 128 columns per shard.
     (["quantization=te_nvfp4", "ici_fsdp_parallelism=2", "ici_tensor_parallelism=2", "base_emb_dim=256"], 4, "b200"),
     (["quantization=te_nvfp4", "fused_mlp=true"], 1, "b200"),  # gate and up as one GEMM (the exact vLLM export)
-], ids=["te_nvfp4", "te_nvfp4_gb300_tray", "no_rht_fp8_attention_switches", "fsdp2_tensor2", "fused_mlp"])
+    (["quantization=te_nvfp4", "nvfp4_backend=fused"], 1, "b200"),  # our quantizer, TE's GEMM
+    (["quantization=te_nvfp4", "nvfp4_backend=fused"], 4, "gb300"),
+], ids=["te_nvfp4", "te_nvfp4_gb300_tray", "no_rht_fp8_attention_switches", "fsdp2_tensor2", "fused_mlp", "fused",
+        "fused_gb300_tray"])
 def test_te_train_step_compiles_for_blackwell(te, blackwell, overrides, count, target):
   del te, blackwell
-  compiled = _train_step(["nvfp4_backend=te", *overrides], target, count)
+  backend = [] if any(o.startswith("nvfp4_backend=") for o in overrides) else ["nvfp4_backend=te"]
+  compiled = _train_step([*backend, *overrides], target, count)
   gemms = 2 if "fused_mlp=true" in overrides else 3  # MLP GEMMs per layer body: wi (or wi_0, wi_1) and wo
   assert _te_gemms(compiled) >= gemms, "TE's FP4 GEMMs did not survive to the executable"
   memory = compiled.memory_analysis()

@@ -1,0 +1,42 @@
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
+"""The fused backend's GEMM on Blackwell: TransformerEngine's cuBLASLt NVFP4 GEMM on our operands.
+
+The fused backend quantizes with our quantizer inside the step (MaxText.nvfp4.quantize.quantize_codes) and keeps
+each operand as E2M1 codes, E4M3 block scales and its amax. TE 2.20.2's `cpp_extensions.gemm.gemm` takes exactly
+that as `ScaledTensor`s (`ScaledTensorFactory.create_1x`, NVFP4_1D_SCALING): it swizzles the scales itself, applies
+the tensor scales from the two amaxes (alpha = amax_a/2688 * amax_b/2688, as our dot does) and runs one
+`te_gemm_v2_ffi` call, the call the pre-flight prices. Without a Blackwell GPU the fused backend multiplies with
+`jax.nn.scaled_matmul` instead (MaxText.nvfp4.gemm.scaled_matmul_gemm), on the same operands.
+
+Layout: K last for both operands, row-wise (what `BlockCodes.contracting` gives). A 16x16 weight tile's scale is
+repeated on each of its 16 rows, so every operand goes as 1x16 blocks: the same numbers the GEMM multiplies. The
+scales go unpadded: TE pads them to its swizzle's granule itself. The output is float32 (the operand's `dq_dtype`),
+cast by the caller as the emulated GEMM's is.
+transformer_engine is imported when the GEMM is first traced, never at import time.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from MaxText.nvfp4.quantize import BlockCodes
+
+__all__ = ["te_block_scaled_gemm"]
+
+
+
+def te_block_scaled_gemm(a: BlockCodes, a_axis: int, b: BlockCodes, b_axis: int) -> jax.Array:
+  """a . b contracting a's `a_axis` with b's `b_axis` through TE's NVFP4 GEMM: float32, a's free axis first
+  (MaxText.nvfp4.gemm.BlockScaledGemm)."""
+  # pylint: disable-next=import-outside-toplevel  # optional heavy dependency: TE, only where this GEMM is traced
+  from transformer_engine.jax.cpp_extensions.gemm import gemm
+  from transformer_engine.jax.quantize import ScaledTensorFactory, ScalingMode  # pylint: disable=import-outside-toplevel
+
+  def operand(q: BlockCodes, axis: int):
+    codes, scales = q.contracting(axis)
+    return ScaledTensorFactory.create_1x(codes, scales, amax=q.amax.reshape(1),
+                                         scaling_mode=ScalingMode.NVFP4_1D_SCALING, dq_dtype=jnp.float32)
+
+  out = gemm(operand(a, a_axis), operand(b, b_axis), contracting_dims=((1,), (1,)))
+  return (out[0] if isinstance(out, (tuple, list)) else out).astype(jnp.float32)

@@ -1,0 +1,43 @@
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
+"""The fused backend's Blackwell GEMM (MaxText.backends.te_gemm) run on CPU: TE's `gemm` on our quantized operands,
+through TE's own JAX path (`NVTE_JAX_CUSTOM_CALLS=GemmPrimitive=false`: the same Python code, layouts and scale
+handling, with the cuBLASLt call replaced by TE's dequantize + dot), equals `jax.nn.scaled_matmul` on them, so the
+fused backend's numbers do not depend on which of the two multiplies (compiled for Blackwell: compile_test.py)."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+
+from MaxText.nvfp4.gemm import GemmRecipe
+
+_RECIPES = {"recipe": GemmRecipe(), "1d_no_rht_nearest": GemmRecipe(weight_2d=False, rht=False,
+                                                                     stochastic_rounding=False)}
+
+
+@pytest.mark.parametrize("recipe", list(_RECIPES))
+def test_tes_gemm_on_our_operands_equals_scaled_matmul(te, monkeypatch, recipe):
+  import jax  # pylint: disable=import-outside-toplevel
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+  import numpy as np  # pylint: disable=import-outside-toplevel
+
+  from MaxText.backends.te_gemm import te_block_scaled_gemm  # pylint: disable=import-outside-toplevel
+  from MaxText.nvfp4.gemm import Product, nvfp4_dot_general, scaled_matmul_gemm  # pylint: disable=import-outside-toplevel
+
+  del te
+  monkeypatch.setenv("NVTE_JAX_CUSTOM_CALLS", "GemmPrimitive=false")  # read by TE at each call
+  kx, kw, kd, key = jax.random.split(jax.random.key(0), 4)
+  x = jax.random.normal(kx, (2, 64, 128), jnp.bfloat16)
+  w = jax.random.normal(kw, (128, 256), jnp.float32) * 0.1
+  dy = jax.random.normal(kd, (2, 64, 256), jnp.bfloat16)
+  dims = (((2,), (0,)), ((), ()))
+
+  @functools.partial(jax.jit, static_argnums=0)
+  def vjp(gemm, x, w, dy):
+    y, pullback = jax.vjp(lambda x, w: nvfp4_dot_general(x, w, dims, key=key, recipe=_RECIPES[recipe],
+                                                         product=Product.BLOCK_SCALED, block_gemm=gemm), x, w)
+    return (y, *pullback(dy))
+
+  for name, a, b in zip(("y", "dx", "dW"), vjp(scaled_matmul_gemm, x, w, dy), vjp(te_block_scaled_gemm, x, w, dy)):
+    assert a.dtype == b.dtype and np.array_equal(np.asarray(a, np.float32), np.asarray(b, np.float32)), name
