@@ -19,11 +19,24 @@ _PACKAGE = REPO_ROOT / "MaxText"
 
 
 def test_the_layers_contract_holds():
-  """import-linter's contracts in pyproject.toml (layers; numerics free of maxtext and flax)."""
+  """import-linter's contracts in pyproject.toml (layers; numerics free of maxtext and flax; the light modules free of
+  jax, flax and maxtext)."""
   lint = pathlib.Path(sys.executable).with_name("lint-imports")
   proc = subprocess.run([str(lint), "--no-cache"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
                         check=False)
   assert proc.returncode == 0 and "0 broken" in proc.stdout, proc.stdout[-4000:] + proc.stderr[-2000:]
+
+
+def test_the_light_modules_load_without_jax():
+  """What import-linter's "light modules" contract says, at run time (package __init__ files included): the
+  comparison tool, the run record's schema and the tap registry load in a fresh interpreter without jax, flax or
+  maxtext (a regression put jax there once: precision/keys.py -> taps.py -> the numerics)."""
+  code = ("import sys; import MaxText.compare, MaxText.compare.__main__, MaxText.integration.artifacts, "
+          "MaxText.precision.keys, MaxText.precision.taps; "
+          "print(sorted(m for m in ('jax', 'flax', 'maxtext') if m in sys.modules))")
+  proc = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
+                        check=False)
+  assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stdout + proc.stderr[-2000:]
 
 
 def test_no_import_cycles():

@@ -32,8 +32,8 @@ import jax.numpy as jnp
 from MaxText.backends import stages
 from MaxText.backends.flags import current_step, gemm_flags
 from MaxText.nvfp4.gemm import DimensionNumbers, as_matrices
+from MaxText.precision.measures import BackendQuantizer, Measure
 from MaxText.precision.settings import Settings
-from MaxText.precision.taps import BackendQuantizer, Measure
 
 __all__ = ["OVERWRITE_COLLECTION", "Stages", "assembled", "inner", "outer", "stages_of"]
 
@@ -69,7 +69,7 @@ def stages_of(module: Any, settings: Settings, guard: bool, candidate: BackendQu
   taps, sinks = [], []
   step = current_step()
   for tap in settings.taps_on:
-    measure = tap.measure(settings.recipe, candidate)
+    measure = tap.measure_of(settings.recipe, candidate)
     sink = module.variable(OVERWRITE_COLLECTION, tap.variable,
                            lambda m=measure: jnp.broadcast_to(m.empty(), (*sink_shape, *m.empty().shape)))
     if step is not None and not module.is_initializing():

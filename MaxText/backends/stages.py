@@ -30,7 +30,7 @@ import numpy as np
 from jax.ad_checkpoint import checkpoint_name
 
 from MaxText.nvfp4.gemm import QUANTIZATION_NAME
-from MaxText.precision.taps import Measure
+from MaxText.precision.measures import Measure
 
 __all__ = ["GUARD_SCOPE", "TAP_SCOPE", "Core", "Gemm", "forward_switch", "guard", "select_bf16", "tap"]
 

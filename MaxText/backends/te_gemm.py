@@ -31,7 +31,8 @@ def te_block_scaled_gemm(a: BlockCodes, a_axis: int, b: BlockCodes, b_axis: int)
   (MaxText.nvfp4.gemm.BlockScaledGemm)."""
   # pylint: disable-next=import-outside-toplevel  # optional heavy dependency: TE, only where this GEMM is traced
   from transformer_engine.jax.cpp_extensions.gemm import gemm
-  from transformer_engine.jax.quantize import ScaledTensorFactory, ScalingMode  # pylint: disable=import-outside-toplevel
+  # pylint: disable-next=import-outside-toplevel  # optional heavy dependency: TE, as above
+  from transformer_engine.jax.quantize import ScaledTensorFactory, ScalingMode
 
   def operand(q: BlockCodes, axis: int):
     codes, scales = q.contracting(axis)

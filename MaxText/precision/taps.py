@@ -17,28 +17,18 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import importlib
 import importlib.metadata
 import re
 from collections.abc import Callable
 from typing import Any, Protocol
 
-import jax
-import jax.numpy as jnp
-
-from MaxText.nvfp4 import audit
-from MaxText.nvfp4.gemm import GemmRecipe
-from MaxText.nvfp4.operands import BACKWARD_ROWS, FORWARD_ROWS, GEMM_OPERANDS, Operand, gemm_operands
-from MaxText.nvfp4.stats import STAT_NAMES, backward_operand_stats, forward_operand_stats
-
-__all__ = ["AUDIT", "CALIBRATION", "ENTRY_POINT_GROUP", "STATISTICS", "TAPS", "BackendQuantizer", "ExpertReduction",
-           "Measure", "Schedule", "Tap", "operand_rows"]
+__all__ = ["AUDIT", "CALIBRATION", "ENTRY_POINT_GROUP", "STATISTICS", "TAPS", "ExpertReduction", "Schedule", "Tap"]
 
 #: The entry-point group other distributions declare their taps under (module docstring).
 ENTRY_POINT_GROUP = "maxtext_nvfp4.taps"
-
-#: A backend's quantizer as the audit holds it against ours: (2-D tensor, operand) -> (codes, scales, amax) as bits
-#: in the operand's blocked orientation (MaxText.nvfp4.audit.Encoded's layout).
-BackendQuantizer = Callable[[jax.Array, Operand], tuple[jax.Array, jax.Array, jax.Array]]
+#: Where the built-in taps' measurements live (jax code, imported only when a GEMM measures).
+_MEASURES = "MaxText.precision.measures"
 
 
 class Schedule(Protocol):
@@ -47,22 +37,6 @@ class Schedule(Protocol):
   def interval(self, key: str) -> int: ...
 
   def every(self, interval: int, step: Any) -> Any: ...
-
-
-@dataclasses.dataclass(frozen=True)
-class Measure:
-  """What a tap measures of one GEMM's operands, as rows of a float32 array (rows x columns).
-
-  forward(x, w): the rows known in the forward pass, from x (M x K) and W (K x N) as the GEMM sees them.
-  backward(dy): the rows known in the backward pass, from dY (M x N).
-  forward_rows / backward_rows: where those rows go in the whole array; `empty()` is the array before any step.
-  """
-
-  forward: Callable[[jax.Array, jax.Array], jax.Array]
-  backward: Callable[[jax.Array], jax.Array]
-  forward_rows: tuple[int, ...]
-  backward_rows: tuple[int, ...]
-  empty: Callable[[], jax.Array]
 
 
 class ExpertReduction(enum.Enum):
@@ -83,7 +57,9 @@ class Tap:
   prefix: its metric names are `<prefix>layer_03/mlp/wo/<operand>/<column>` (telemetry finds a tap by it).
   columns: what it measures of each operand, in the order of its array's columns.
   experts: how an expert stack's experts reduce to one metric; worst: columns also reported for the worst expert.
-  measure: (recipe, the backend's candidate quantizer) -> Measure, rows in GEMM_OPERANDS order.
+  measure: (recipe, the backend's candidate quantizer) -> Measure (MaxText.precision.measures), rows in
+    GEMM_OPERANDS order; or its "module:function" name, imported when a GEMM first measures (the built-in taps: so
+    that this registry loads without jax).
   """
 
   name: str
@@ -92,8 +68,16 @@ class Tap:
   prefix: str
   columns: tuple[str, ...]
   experts: ExpertReduction
-  measure: Callable[[GemmRecipe, BackendQuantizer], Measure]
+  measure: Callable[[Any, Any], Any] | str
   worst: tuple[str, ...] = ()
+
+  def measure_of(self, recipe: Any, candidate: Any) -> Any:
+    """Its Measure for a GEMM of `recipe` whose backend quantizes with `candidate` (`measure`, imported if named)."""
+    measure = self.measure
+    if isinstance(measure, str):
+      module, _, function = measure.partition(":")
+      measure = getattr(importlib.import_module(module), function)
+    return measure(recipe, candidate)
 
   @property
   def key(self) -> str:
@@ -127,45 +111,18 @@ class Tap:
     return settings.every(self.interval(settings), step)
 
 
-def operand_rows(columns: tuple[str, ...], forward: Callable[[jax.Array, jax.Array], jax.Array],
-                 backward: Callable[[jax.Array], jax.Array]) -> Measure:
-  """A Measure from its forward rows (of x and W) and backward rows (of dY), placed by the operand table
-  (GEMM_OPERANDS, FORWARD_ROWS, BACKWARD_ROWS), `columns` wide."""
-  return Measure(forward=forward, backward=backward, forward_rows=FORWARD_ROWS, backward_rows=BACKWARD_ROWS,
-                 empty=lambda: jnp.zeros((len(GEMM_OPERANDS), len(columns)), jnp.float32))
-
-
-def _statistics(recipe: GemmRecipe, candidate: BackendQuantizer) -> Measure:
-  """The per-GEMM statistics (MaxText.nvfp4.stats: the operands as the recipe quantizes them; nearest rounding
-  stands in for dY's stochastic rounding)."""
-  return operand_rows(STAT_NAMES, lambda x, w: forward_operand_stats(x, w, recipe),
-                      lambda dy: backward_operand_stats(dy, recipe))
-
-
-def _auditing(recipe: GemmRecipe, candidate: BackendQuantizer) -> Measure:
-  """Each operand the GEMM quantizes, quantized by the backend's `candidate` and by ours (MaxText.nvfp4.audit), the
-  mismatches counted; rows in GEMM_OPERANDS order, as the statistics'."""
-  operands = gemm_operands(recipe)
-
-  def rows(tensors: dict[str, jax.Array], rows: tuple[int, ...]) -> jax.Array:
-    names = {GEMM_OPERANDS[i] for i in rows}
-    return jnp.stack([audit.audited(tensors[o.source], o, *candidate(tensors[o.source], o))
-                      for o in operands if o.name in names])
-
-  return operand_rows(audit.COLUMNS, lambda x, w: rows({"x": x, "w": w}, FORWARD_ROWS),
-                      lambda dy: rows({"dy": dy}, BACKWARD_ROWS))
-
-
 STATISTICS = Tap(
-    name="stats", what="the statistics", prefix="nvfp4/", columns=STAT_NAMES, experts=ExpertReduction.MEAN,
-    worst=("underflow", "rel_error"), measure=_statistics,
+    name="stats", what="the statistics", prefix="nvfp4/", experts=ExpertReduction.MEAN,
+    columns=("amax", "underflow", "rel_error", "subnormal_scales"),  # MaxText.nvfp4.stats.STAT_NAMES (taps_test)
+    worst=("underflow", "rel_error"), measure=f"{_MEASURES}:statistics",
     description="Every N training steps (step 0 included), each NVFP4 GEMM reports amax, underflow, relative error"
     " and subnormal block scales of every operand it quantizes as maxtext metrics named nvfp4/layer_XX/...;"
     " 0: off (the program is the one without statistics). Losses are the same either way.")
 
 AUDIT = Tap(
-    name="audit", what="the audit", prefix="nvfp4/audit/", columns=audit.COLUMNS, experts=ExpertReduction.SUM,
-    measure=_auditing,
+    name="audit", what="the audit", prefix="nvfp4/audit/", experts=ExpertReduction.SUM,
+    columns=("codes", "scales", "amax"),  # MaxText.nvfp4.audit.COLUMNS (taps_test)
+    measure=f"{_MEASURES}:auditing",
     description="Every N training steps (step 0 included), each NVFP4 GEMM also quantizes its operands with the"
     " plugin's bit-exact quantizer and compares them with the backend's (TE's kernels on the TE backend; the"
     " emulated backend compares its quantizer with itself, always 0): mismatching codes, block scales and amax per"
@@ -173,21 +130,9 @@ AUDIT = Tap(
     " are checked to be one of their two E2M1 neighbours. 0: off. Losses are the same either way.")
 
 
-def _amax(t: jax.Array) -> jax.Array:
-  return jnp.max(jnp.abs(t)).astype(jnp.float32)
-
-
-def _calibrating(recipe: GemmRecipe, candidate: BackendQuantizer) -> Measure:
-  """Each operand's amax as the GEMM receives it, before any quantization or RHT: x (fprop and wgrad rows), W, dY.
-  Why raw: a serving format's input scale is set from the activation's amax (docs/export.md#activations)."""
-  del recipe, candidate  # nothing quantized
-  return operand_rows(("amax",), lambda x, w: jnp.stack([_amax(x), _amax(w), _amax(x)])[:, None],
-                      lambda dy: jnp.stack([_amax(dy), _amax(dy)])[:, None])
-
-
 CALIBRATION = Tap(
     name="calibration", what="the calibration", prefix="nvfp4/calibration/", columns=("amax",),
-    experts=ExpertReduction.MAX, measure=_calibrating,
+    experts=ExpertReduction.MAX, measure=f"{_MEASURES}:calibrating",
     description="Every N training steps (step 0 included), each NVFP4 GEMM records the amax of its operands as it"
     " receives them (x, W, dY; before quantization) as maxtext metrics named nvfp4/calibration/layer_XX/...: what"
     " `python -m MaxText.export --activations calibrate` reads for the W4A4 input scales. 0: off. Losses are the"

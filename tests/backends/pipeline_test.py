@@ -125,7 +125,7 @@ def _audit_tap(candidate) -> np.ndarray:
   audit array its sink's gradient carries on an audit step."""
   x, w, dy = _operands()
   recipe = GemmRecipe()
-  measure = AUDIT.measure(recipe, candidate)
+  measure = AUDIT.measure_of(recipe, candidate)
 
   def loss(sink):
     gemm = stages.tap(lambda a, b, key: nvfp4_dot_general(a, b, _DIMS, key=key, recipe=recipe),

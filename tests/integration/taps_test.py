@@ -32,7 +32,8 @@ from tests.helpers import REPO_ROOT, subprocess_env, train_cli
 _TOY_MODULE = '''
 import jax.numpy as jnp
 
-from MaxText.precision.taps import ExpertReduction, Tap, operand_rows
+from MaxText.precision.measures import operand_rows
+from MaxText.precision.taps import ExpertReduction, Tap
 
 
 def _mean_abs(t):
@@ -126,7 +127,7 @@ def test_the_calibration_measures_each_operand_s_own_amax():
   x = jnp.full((16, 32), 0.5).at[2, 3].set(-amax["x"])
   w = jnp.full((32, 16), 0.25).at[4, 1].set(amax["w"])
   dy = jnp.full((16, 16), 0.125).at[7, 9].set(-amax["dy"])
-  measure = taps.CALIBRATION.measure(GemmRecipe(), None)
+  measure = taps.CALIBRATION.measure_of(GemmRecipe(), None)
 
   @jax.jit
   def measured(x, w, dy):
@@ -194,3 +195,11 @@ def test_a_tap_declared_outside_the_package_reaches_metrics_record_checks_and_pr
           in check.stdout.split("refused:", 1)[1])
   assert "priced: [('nvfp4_mean_abs_interval', 5, 'nvfp4_mean_abs_interval=0')]" in check.stdout
   assert "off: True" in check.stdout
+
+
+def test_the_declared_columns_are_the_numerics_own():
+  """The registry declares its built-in taps without importing the numerics (jax); their columns are the numerics'."""
+  from MaxText.nvfp4 import audit  # pylint: disable=import-outside-toplevel
+  from MaxText.nvfp4.stats import STAT_NAMES  # pylint: disable=import-outside-toplevel
+
+  assert (taps.STATISTICS.columns, taps.AUDIT.columns) == (STAT_NAMES, audit.COLUMNS)
