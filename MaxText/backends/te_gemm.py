@@ -30,14 +30,14 @@ def te_block_scaled_gemm(a: BlockCodes, a_axis: int, b: BlockCodes, b_axis: int)
   """a . b contracting a's `a_axis` with b's `b_axis` through TE's NVFP4 GEMM: float32, a's free axis first
   (MaxText.nvfp4.gemm.BlockScaledGemm)."""
   # pylint: disable-next=import-outside-toplevel  # optional heavy dependency: TE, only where this GEMM is traced
-  from transformer_engine.jax.cpp_extensions.gemm import gemm
-  # pylint: disable-next=import-outside-toplevel  # optional heavy dependency: TE, as above
-  from transformer_engine.jax.quantize import ScaledTensorFactory, ScalingMode
+  import transformer_engine.jax.quantize as te_quantize
+  from transformer_engine.jax.cpp_extensions.gemm import gemm  # pylint: disable=import-outside-toplevel  # TE, as above
 
   def operand(q: BlockCodes, axis: int):
     codes, scales = q.contracting(axis)
-    return ScaledTensorFactory.create_1x(codes, scales, amax=q.amax.reshape(1),
-                                         scaling_mode=ScalingMode.NVFP4_1D_SCALING, dq_dtype=jnp.float32)
+    return te_quantize.ScaledTensorFactory.create_1x(codes, scales, amax=q.amax.reshape(1),
+                                                     scaling_mode=te_quantize.ScalingMode.NVFP4_1D_SCALING,
+                                                     dq_dtype=jnp.float32)
 
   out = gemm(operand(a, a_axis), operand(b, b_axis), contracting_dims=((1,), (1,)))
   return (out[0] if isinstance(out, (tuple, list)) else out).astype(jnp.float32)
