@@ -1,0 +1,84 @@
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
+"""Where a compiled step's predicted time goes, kernel by kernel: the pre-flight's prediction (MaxText.preflight)
+broken down to its kernels, each attributed to the jax op that writes its largest output (kernels._output_scope).
+
+  .venv-gpu/bin/python scripts/top_kernels.py CONFIG.yml key=value ... --target gb300 --devices 4 [--top 25]
+      [--group elementwise] [--json OUT.json]
+
+Prints the `--top` kernels of one group of the prediction ("elementwise" by default: fusions, copies, reductions,
+quantization) by predicted milliseconds per step, with their bytes per run, runs per step and op_name (the jax name
+stack, cut to its last parts), then the same time summed by the op_name's last jax primitive. Why: the fused
+backend's quantizer is plain jnp compiled by XLA, and this is how to see which of its operations XLA did not fuse
+or fused into a kernel that moves float32 intermediates (issue: the fused backend's elementwise cost). The numbers
+are the pre-flight's roofline at the datasheet peaks: what it does not see is in docs/prediction.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import pathlib
+import sys
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")  # the compile-only GPUs come from the CUDA plugin's topology API
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+
+
+def _tail(op_name: str, parts: int = 4) -> str:
+  return "/".join(op_name.split("/")[-parts:])
+
+
+def main(argv: list[str]) -> None:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser.add_argument("config")
+  parser.add_argument("overrides", nargs="*")
+  parser.add_argument("--target", default="gb300")
+  parser.add_argument("--devices", type=int, default=4)
+  parser.add_argument("--top", type=int, default=25)
+  parser.add_argument("--group", default="elementwise")
+  parser.add_argument("--json", type=pathlib.Path)
+  args = parser.parse_args(argv)
+
+  # pylint: disable=import-outside-toplevel  # jax, maxtext and TE: after the arguments hold (seconds)
+  from MaxText.backends import environment
+  from MaxText.integration import seam, shapes
+  from MaxText.preflight import kernels, library, predict
+  from MaxText.preflight.targets import TARGETS
+  # pylint: enable=import-outside-toplevel
+
+  seam.register()
+  with environment.answering(library.target_environment(args.target, args.devices)):
+    config = library.load_config(args.config, args.overrides, args.devices)
+    compiled = library.compile_step(config, args.target, args.devices, "this run")
+  found = kernels.kernels(compiled.as_text())
+  peaks, widths = TARGETS[args.target].peaks, shapes.mlp_widths(config)
+  rows = []
+  for k in found:
+    if predict.group_of(k, widths).value != args.group:
+      continue
+    ms = 1e3 * predict.kernel_seconds(k, peaks) * k.runs
+    rows.append({"ms_per_step": ms, "bytes": k.bytes, "runs": k.runs, "opcode": k.opcode, "name": k.name,
+                 "op_name": k.attributed, "results": list(k.results)})
+  rows.sort(key=lambda r: -r["ms_per_step"])
+  total = sum(r["ms_per_step"] for r in rows)
+  print(f"{args.group}: {total:.1f} ms per step in {len(rows)} kernels ({args.devices} x {TARGETS[args.target].name})")
+  print(f"{'ms/step':>8} {'MB/run':>8} {'runs':>5}  op_name (last parts)")
+  for r in rows[:args.top]:
+    print(f"{r['ms_per_step']:8.2f} {r['bytes'] / 1e6:8.1f} {r['runs']:5d}  {_tail(r['op_name'])}")
+  by_op: dict[str, float] = collections.defaultdict(float)
+  for r in rows:
+    by_op[r["op_name"].split("/")[-1] or r["opcode"]] += r["ms_per_step"]
+  print("\nby the jax primitive that writes each kernel's largest output, ms per step:")
+  for op, ms in sorted(by_op.items(), key=lambda kv: -kv[1])[:args.top]:
+    print(f"{ms:8.2f}  {op}")
+  if args.json:
+    args.json.write_text(json.dumps({"group": args.group, "total_ms": total, "kernels": rows,
+                                     "by_primitive_ms": by_op}, indent=1))
+    print(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+  main(sys.argv[1:])
