@@ -13,16 +13,15 @@ from typing import Any
 
 from MaxText.export import PROG
 from MaxText.export.mapping import ExportError
+from MaxText.integration import loading
 from MaxText.integration.run_keys import run_keys
 
 __all__ = ["Checkpoint", "load_config", "find_checkpoint", "reader_config", "read_parameters"]
 
 
 def load_config(config_path: str, overrides: Sequence[str]) -> Any:
-  """maxtext's `pyconfig.initialize`, as the trainer calls it (the plugin registered by the entry point)."""
-  # pylint: disable-next=import-outside-toplevel  # maxtext: after register(), as MaxText.train imports it
-  from maxtext.configs import pyconfig
-  return pyconfig.initialize([PROG, config_path, *overrides])
+  """The run's config as MaxText.train loads it (MaxText.integration.loading: the one loader of our tools)."""
+  return loading.load_config(config_path, overrides, prog=PROG)
 
 
 @dataclasses.dataclass(frozen=True)

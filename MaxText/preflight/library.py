@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
 from MaxText.backends import environment
-from MaxText.integration import cli, seam
+from MaxText.integration import cli, loading
 from MaxText.integration.settings import settings_of
 from MaxText.precision.modes import Backend
 from MaxText.precision.policy import Precision
@@ -43,23 +43,9 @@ def fail(line: str) -> NoReturn:
 
 def load_config(config_path: str, overrides: Sequence[str], devices: int | None = None, *, prog: str = PROG,
                 defaults: Mapping[str, str] = DEFAULTS) -> Any:
-  """maxtext's config as MaxText.train loads it, with the plugin registered (idempotent).
-
-  Args:
-    config_path: the run's YAML.
-    overrides: its key=value overrides.
-    devices: compile for this many GPUs that are not here (maxtext's internal_compile, as the pre-flight does);
-      None: for this node's devices (the self-check on a node).
-    prog: argv[0] of the load (maxtext reads it only for a config path that does not end in .yml).
-    defaults: keys set unless `overrides` set them (maxtext refuses a key given twice).
-  """
-  seam.register()  # the plugin's keys
-  from maxtext.configs import pyconfig  # pylint: disable=import-outside-toplevel  # after register(), as maxtext's
-
-  given = {o.split("=", 1)[0] for o in overrides}
-  extra = [f"{k}={v}" for k, v in defaults.items() if k not in given]
-  compile_only = [] if devices is None else ["internal_compile=true", f"internal_compile_num_devices={devices}"]
-  return pyconfig.initialize([prog, config_path, *extra, *overrides, *compile_only])
+  """The run's config for the pre-flight (and the self-check): MaxText.integration.loading.load_config with the
+  pre-flight's DEFAULTS; `devices`: compile for this many GPUs that are not here, None: for this node's."""
+  return loading.load_config(config_path, overrides, prog=prog, defaults=defaults, devices=devices)
 
 
 def target_environment(target: str, devices: int) -> environment.Environment:
