@@ -15,10 +15,9 @@ import pytest
 
 from MaxText.backends import flags
 from MaxText.backends.emulated import Nvfp4DotGeneral
+from MaxText.nvfp4.gemm import MATMUL_DIMS
 from MaxText.precision import switches as sw
 from tests.helpers import TINY_SCHEDULE, read_losses, resumed_losses, settings, train_cli
-
-_DIMS = (((1,), (0,)), ((), ()))
 
 
 def _operands() -> tuple[jax.Array, jax.Array, jax.Array]:
@@ -37,14 +36,14 @@ def _gemm(switches: sw.Switches, with_step: bool) -> tuple[dict, Callable]:
   x, w, _ = _operands()
   module = Nvfp4DotGeneral(settings=settings(switches=switches))
   rngs = {"params": jax.random.key(1), "dropout": jax.random.key(2)}
-  variables = module.init(rngs, x, w, _DIMS)
+  variables = module.init(rngs, x, w, MATMUL_DIMS)
 
   def run(variables, step, x, w, dy):
     def apply(x, w):
       if not with_step:
-        return module.apply(variables, x, w, _DIMS, rngs=rngs, mutable=["aqt"])[0]
+        return module.apply(variables, x, w, MATMUL_DIMS, rngs=rngs, mutable=["aqt"])[0]
       with flags.step_scope(step):
-        return module.apply(variables, x, w, _DIMS, rngs=rngs, mutable=["aqt"])[0]
+        return module.apply(variables, x, w, MATMUL_DIMS, rngs=rngs, mutable=["aqt"])[0]
 
     return _value_and_vjp(apply, x, w, dy)
 
@@ -67,7 +66,7 @@ def _value_and_vjp(f, x, w, dy):
 @jax.jit
 def _bf16(x, w, dy):
   """The GEMM maxtext runs unquantized, and its gradients."""
-  return _value_and_vjp(lambda a, b: jax.lax.dot_general(a, b, _DIMS).astype(a.dtype), x, w, dy)
+  return _value_and_vjp(lambda a, b: jax.lax.dot_general(a, b, MATMUL_DIMS).astype(a.dtype), x, w, dy)
 
 
 def _equal(a, b) -> bool:

@@ -22,7 +22,7 @@ from MaxText.nvfp4.stats import STAT_NAMES
 from MaxText.precision.taps import AUDIT, STATISTICS
 from MaxText.selfcheck.candidates import FAULTS, Emulator
 from tests.helpers import settings
-from tests.nvfp4.stats_test import _oracle
+from tests.nvfp4 import reference
 
 # DenseGeneral's MLP up-projection layout: x (batch, seq, embed) . W (embed, mlp).
 _DIMS = (((2,), (0,)), ((), ()))
@@ -85,11 +85,11 @@ def test_statistics_step_reports_every_operand_as_the_oracle_measures_it():
   x2 = np.asarray(x).reshape(-1, 64)
   dy2 = np.asarray(dy).reshape(-1, 48)
   want = {
-      "fprop_x": _oracle(x2, "1d"),
-      "fprop_w": _oracle(np.asarray(w), "2d"),
-      "dgrad_dy": _oracle(dy2, "1d"),
-      "wgrad_x": _oracle(x2.T.copy(), "1d", rht=True),
-      "wgrad_dy": _oracle(dy2.T.copy(), "1d", rht=True),
+      "fprop_x": reference.statistics(x2, "1d"),
+      "fprop_w": reference.statistics(np.asarray(w), "2d"),
+      "dgrad_dy": reference.statistics(dy2, "1d"),
+      "wgrad_x": reference.statistics(x2.T.copy(), "1d", rht=True),
+      "wgrad_dy": reference.statistics(dy2.T.copy(), "1d", rht=True),
   }
   got = np.asarray(stats)
   assert got.shape == (len(GEMM_OPERANDS), len(STAT_NAMES))

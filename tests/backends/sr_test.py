@@ -20,9 +20,8 @@ import pytest
 
 from MaxText.backends.emulated import Nvfp4DotGeneral
 from MaxText.backends.sr import SR_COUNT_NAME
+from MaxText.nvfp4.gemm import MATMUL_DIMS
 from tests.helpers import REPO_ROOT, TINY_YML, settings
-
-_DIMS = (((1,), (0,)), ((), ()))
 
 
 def test_the_same_gemm_rounds_differently_at_the_next_step():
@@ -32,12 +31,12 @@ def test_the_same_gemm_rounds_differently_at_the_next_step():
   w = jax.random.normal(jax.random.key(1), (64, 48), jnp.float32)
   dy = jax.random.normal(jax.random.key(2), (32, 48), jnp.bfloat16)
   module = Nvfp4DotGeneral(settings=settings())
-  variables = module.init({"params": jax.random.key(3), "dropout": jax.random.key(4)}, x, w, _DIMS)
+  variables = module.init({"params": jax.random.key(3), "dropout": jax.random.key(4)}, x, w, MATMUL_DIMS)
 
   @jax.jit  # one program for both steps, as maxtext's train step is
   def step(aqt):
     def fwd(a, b):
-      return module.apply({"aqt": aqt}, a, b, _DIMS, rngs={"dropout": jax.random.key(5)}, mutable=["aqt"])
+      return module.apply({"aqt": aqt}, a, b, MATMUL_DIMS, rngs={"dropout": jax.random.key(5)}, mutable=["aqt"])
     y, vjp, new_state = jax.vjp(fwd, x, w, has_aux=True)
     return y, vjp(dy), new_state["aqt"]
 

@@ -9,10 +9,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from MaxText.nvfp4 import dequantize, quantize
-from MaxText.nvfp4.gemm import QUANTIZATION_NAME, GemmRecipe, nvfp4_dot_general
+from MaxText.nvfp4.gemm import MATMUL_DIMS, QUANTIZATION_NAME, GemmRecipe, nvfp4_dot_general
+from tests.nvfp4.helpers import dequantized
 
-_DIMS = (((1,), (0,)), ((), ()))
 _KEY = jax.random.key(42)
 
 
@@ -28,14 +27,8 @@ def _operands(m=64, k=96, n=48, seed=0):
 def _vjp(x, w, dy, recipe):
   """y, dx and dW of one GEMM, compiled once per shape and recipe (op by op, each of the quantizer's hundred or so
   operations would compile a program of its own: most of this file's time)."""
-  y, pullback = jax.vjp(lambda x, w: nvfp4_dot_general(x, w, _DIMS, key=_KEY, recipe=recipe), x, w)
+  y, pullback = jax.vjp(lambda x, w: nvfp4_dot_general(x, w, MATMUL_DIMS, key=_KEY, recipe=recipe), x, w)
   return (y, *pullback(dy))
-
-
-@functools.partial(jax.jit, static_argnames=("scaling", "rht", "stochastic_rounding"))
-def _deq(x, scaling="1d", rht=False, stochastic_rounding=False, key=None):
-  """quantize then dequantize, compiled (as _vjp)."""
-  return dequantize(quantize(x, scaling=scaling, rht=rht, stochastic_rounding=stochastic_rounding, key=key))
 
 
 def _rel(a, b):
@@ -54,11 +47,11 @@ def test_matches_quantize_dequantize_reference(recipe):
   k_dgrad, k_wgrad = jax.random.split(_KEY) if sr else (None, None)
 
   with jax.default_matmul_precision("highest"):  # float32 references: a GPU's default f32 matmul is TF32
-    y_ref = _deq(x) @ _deq(w.T, scaling=w_scaling).T
-    dx_ref = (_deq(dy, stochastic_rounding=sr, key=k_dgrad)
-              @ (_deq(w.T, scaling=w_scaling).T if recipe.weight_2d else _deq(w)).T)
-    dw_ref = (_deq(x.T, rht=recipe.rht)
-              @ _deq(dy.T, rht=recipe.rht, stochastic_rounding=sr, key=k_wgrad).T)
+    y_ref = dequantized(x) @ dequantized(w.T, scaling=w_scaling).T
+    dx_ref = (dequantized(dy, stochastic_rounding=sr, key=k_dgrad)
+              @ (dequantized(w.T, scaling=w_scaling).T if recipe.weight_2d else dequantized(w)).T)
+    dw_ref = (dequantized(x.T, rht=recipe.rht)
+              @ dequantized(dy.T, rht=recipe.rht, stochastic_rounding=sr, key=k_wgrad).T)
 
   assert y.dtype == jnp.bfloat16 and dx.dtype == jnp.bfloat16 and dw.dtype == jnp.float32
   np.testing.assert_allclose(np.asarray(y, np.float32), np.asarray(y_ref.astype(jnp.bfloat16), np.float32),
@@ -92,13 +85,13 @@ def test_rht_cancels_in_the_weight_gradient():
 
 def test_stochastic_rounding_is_deterministic_per_key_and_unbiased_over_keys():
   x, w, dy = _operands(32, 32, 32, seed=3)
-  f = jax.jit(lambda k: jax.vjp(lambda w: nvfp4_dot_general(x, w, _DIMS, key=k), w)[1](dy)[0])
+  f = jax.jit(lambda k: jax.vjp(lambda w: nvfp4_dot_general(x, w, MATMUL_DIMS, key=k), w)[1](dy)[0])
   np.testing.assert_array_equal(np.asarray(f(jax.random.key(1))), np.asarray(f(jax.random.key(1))))
   assert not np.array_equal(np.asarray(f(jax.random.key(1))), np.asarray(f(jax.random.key(2))))
   mean = np.mean([np.asarray(f(k)) for k in jax.random.split(jax.random.key(0), 64)], axis=0)
   nearest = np.asarray(jax.jit(lambda w: jax.vjp(lambda w: nvfp4_dot_general(
-      x, w, _DIMS, key=None, recipe=GemmRecipe(stochastic_rounding=False)), w)[1](dy)[0])(w))
-  exact = np.asarray(_deq(x.T, rht=True).T.T @ dy.astype(jnp.float32))
+      x, w, MATMUL_DIMS, key=None, recipe=GemmRecipe(stochastic_rounding=False)), w)[1](dy)[0])(w))
+  exact = np.asarray(dequantized(x.T, rht=True).T.T @ dy.astype(jnp.float32))
   assert _rel(mean, exact) < _rel(nearest, exact)
 
 
@@ -140,7 +133,8 @@ def test_jaxpr_three_gemms_on_fp4_operands_and_named_residuals():
   No operand is transposed before it is quantized: x^T and dY^T of wgrad are quantized in place along M.
   """
   x, w, dy = _operands(32, 32, 32)
-  jaxpr = jax.make_jaxpr(lambda x, w: jax.vjp(lambda x, w: nvfp4_dot_general(x, w, _DIMS, key=_KEY), x, w)[1](dy))(x, w)
+  gemm = lambda x, w: nvfp4_dot_general(x, w, MATMUL_DIMS, key=_KEY)  # noqa: E731
+  jaxpr = jax.make_jaxpr(lambda x, w: jax.vjp(gemm, x, w)[1](dy))(x, w)
   text = str(jaxpr)
   dots = [e for e in _equations(jaxpr.jaxpr) if e.primitive.name == "dot_general"]
   # The RHT of a wgrad operand multiplies by the 16x16 matrix (batched over runs along M when in place).
@@ -152,7 +146,7 @@ def test_jaxpr_three_gemms_on_fp4_operands_and_named_residuals():
   assert len(dots) - len(gemms) == 2  # x^T and dY^T, each rotated once (te_nvfp4)
   assert not [e for e in _equations(jaxpr.jaxpr) if e.primitive.name == "transpose"]
   assert "float8_e4m3fn" in text and "round" in text  # e4m3 block scales; e2m1 values rounded on the f32 grid
-  fwd = str(jax.make_jaxpr(lambda x, w: jax.vjp(lambda x, w: nvfp4_dot_general(x, w, _DIMS, key=_KEY), x, w)[0])(x, w))
+  fwd = str(jax.make_jaxpr(lambda x, w: jax.vjp(lambda x, w: nvfp4_dot_general(x, w, MATMUL_DIMS, key=_KEY), x, w)[0])(x, w))
   assert f"name={QUANTIZATION_NAME}" in fwd
 
 
@@ -162,7 +156,7 @@ def test_the_output_alone_is_the_training_forward_without_the_backwards_operands
   GEMM gives the training forward's output bit for bit, and quantizes only what fprop reads: x along K and W's
   fprop copy. Neither x^T with its Hadamard transform nor W's dgrad copy along N (1D weights) is traced."""
   x, w, _ = _operands()
-  gemm = lambda x, w: nvfp4_dot_general(x, w, _DIMS, key=_KEY, recipe=recipe)  # noqa: E731
+  gemm = lambda x, w: nvfp4_dot_general(x, w, MATMUL_DIMS, key=_KEY, recipe=recipe)  # noqa: E731
   trained = jax.jit(lambda x, w: jax.vjp(gemm, x, w)[0])(x, w)
   np.testing.assert_array_equal(np.asarray(jax.jit(gemm)(x, w), np.float32), np.asarray(trained, np.float32))
   alone = jax.make_jaxpr(gemm)(x, w).jaxpr
@@ -177,7 +171,7 @@ def test_remat_policy_saves_quantized_residuals():
   x, w, dy = _operands(32, 32, 32)
 
   def loss(x, w, policy):
-    f = jax.checkpoint(lambda x, w: nvfp4_dot_general(x, w, _DIMS, key=_KEY), policy=policy)
+    f = jax.checkpoint(lambda x, w: nvfp4_dot_general(x, w, MATMUL_DIMS, key=_KEY), policy=policy)
     return jnp.vdot(f(x, w).astype(jnp.float32), dy.astype(jnp.float32))
 
   counts = {}
@@ -193,11 +187,11 @@ def test_remat_policy_saves_quantized_residuals():
 def test_errors():
   x = jnp.ones((16, 40), jnp.bfloat16)
   with pytest.raises(ValueError, match="K \\(contracting\\) = 40"):
-    nvfp4_dot_general(x, jnp.ones((40, 16)), _DIMS, key=_KEY)
+    nvfp4_dot_general(x, jnp.ones((40, 16)), MATMUL_DIMS, key=_KEY)
   with pytest.raises(NotImplementedError, match="batch dimensions"):
     nvfp4_dot_general(jnp.ones((2, 16, 32)), jnp.ones((2, 32, 16)), (((2,), (1,)), ((0,), (0,))), key=_KEY)
   with pytest.raises(ValueError, match="needs a PRNG key"):
-    nvfp4_dot_general(jnp.ones((16, 32)), jnp.ones((32, 16)), _DIMS, key=None)
+    nvfp4_dot_general(jnp.ones((16, 32)), jnp.ones((32, 16)), MATMUL_DIMS, key=None)
 
 
 # ----------------------------------------------------------------------------- NaN / Inf reach the outputs
@@ -231,6 +225,6 @@ def test_stochastic_rounding_decides_each_block_of_dy_on_its_own():
   x = jnp.ones((32, 64), jnp.bfloat16)
   w = jax.random.normal(jax.random.key(1), (64, 48), jnp.float32)
   dy = jnp.broadcast_to(jnp.linspace(0.3, 5.7, 48, dtype=jnp.float32), (32, 48)).astype(jnp.bfloat16)
-  dx = jax.jit(lambda x, w, dy: jax.vjp(lambda a, b: nvfp4_dot_general(a, b, _DIMS, key=jax.random.key(5),
+  dx = jax.jit(lambda x, w, dy: jax.vjp(lambda a, b: nvfp4_dot_general(a, b, MATMUL_DIMS, key=jax.random.key(5),
                                                                       recipe=GemmRecipe()), x, w)[1](dy)[0])(x, w, dy)
   assert len({tuple(r) for r in np.asarray(dx, np.float32)}) > 16

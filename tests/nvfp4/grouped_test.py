@@ -2,16 +2,15 @@
 """NVFP4 expert GEMMs: forward and both gradients against an f32 reference built from quantize/dequantize per
 expert (uneven groups, an expert with zero tokens, padding rows), for the grouped and the batched layouts."""
 
-import functools
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from MaxText.nvfp4 import dequantize, quantize
 from MaxText.nvfp4.gemm import GemmRecipe
 from MaxText.nvfp4.grouped import batched_expert_matmul, grouped_matmul
+from tests.nvfp4.helpers import dequantized
 
 K, N = 32, 48
 #: Uneven groups, expert 2 empty, 13 padding rows at the end (as maxtext pads the sorted tokens to its tile).
@@ -29,11 +28,6 @@ def _operands(seed=0, rows=ROWS, experts=len(GROUPS)):
   return x, w, dy
 
 
-@functools.partial(jax.jit, static_argnames=("scaling", "rht"))
-def _deq(x, scaling="1d", rht=False):
-  return dequantize(quantize(x, scaling=scaling, rht=rht))
-
-
 def _pad16(a):
   """Zero rows up to a multiple of 16: the per-expert padding that keeps wgrad blocks inside one expert."""
   return jnp.pad(a, ((0, -a.shape[0] % 16), (0, 0)))
@@ -48,11 +42,11 @@ def _reference(x, w, dy, groups, rht):
       dws.append(jnp.zeros((K, N)))
       continue
     xe, dye = x[start:start + m], dy[start:start + m]
-    wq = _deq(w[e], scaling="2d")  # 16x16 tiles, the same weight in fprop and dgrad
-    ys.append(jnp.dot(_deq(xe), wq, precision=hi))
-    dxs.append(jnp.dot(_deq(dye), wq.T, precision=hi))
-    xt = _deq(jnp.asarray(_pad16(xe).T), rht=rht)  # (K, m16) along the expert's tokens, zero-padded
-    dyt = _deq(jnp.asarray(_pad16(dye).T), rht=rht)  # (N, m16)
+    wq = dequantized(w[e], scaling="2d")  # 16x16 tiles, the same weight in fprop and dgrad
+    ys.append(jnp.dot(dequantized(xe), wq, precision=hi))
+    dxs.append(jnp.dot(dequantized(dye), wq.T, precision=hi))
+    xt = dequantized(jnp.asarray(_pad16(xe).T), rht=rht)  # (K, m16) along the expert's tokens, zero-padded
+    dyt = dequantized(jnp.asarray(_pad16(dye).T), rht=rht)  # (N, m16)
     dws.append(jnp.dot(xt, dyt.T, precision=hi))
     start += m
   pad = x.shape[0] - start  # rows past every group: output and gradient 0
@@ -137,7 +131,7 @@ def test_stochastic_rounding_only_in_backward_and_unbiased():
   nearest = np.asarray(jax.jit(lambda x, w, dy: _vjp(lambda x, w: grouped_matmul(
       x, w, sizes, key=None, recipe=GemmRecipe(stochastic_rounding=False)), x, w, dy))(x, w, dy)[1], np.float64)
   rows = slice(0, 21)  # expert 0
-  exact_dy = np.asarray(jnp.dot(dy[rows].astype(jnp.float32), _deq(w[0], scaling="2d").T,
+  exact_dy = np.asarray(jnp.dot(dy[rows].astype(jnp.float32), dequantized(w[0], scaling="2d").T,
                                 precision=jax.lax.Precision.HIGHEST), np.float64)
   err_sr = np.linalg.norm(mean_dx[rows] - exact_dy)
   err_nearest = np.linalg.norm(nearest[rows] - exact_dy)

@@ -15,31 +15,6 @@ from tests.helpers import examples
 from tests.nvfp4 import reference
 
 
-def _oracle(x: np.ndarray, scaling: str = "1d", rht: bool = False) -> dict[str, float]:
-  """The four statistics from the oracle's quantize (sums in float64): blocks along the last axis."""
-  q, scales, amax = reference.quantize(x, scaling, rht)
-  xt = (reference.rht_bf16(x) if rht else x).astype(np.float32).astype(np.float64)
-  scale = scales.astype(np.float32).astype(np.float64)  # one per 16 elements (2D: a tile's scale on its 16 rows)
-  # Dequantized as the format defines it, in float32: e2m1 * (f32(s8) * (amax / 2688)).
-  step = scales.astype(np.float32) * (amax / np.float32(2688.0))
-  deq = (q.astype(np.float32).reshape(*q.shape[:-1], -1, 16) * step[..., None]).reshape(q.shape).astype(np.float64)
-  norm = np.sum(xt**2)
-  blocks = np.abs(xt).reshape(*xt.shape[:-1], -1, 16)
-  if scaling == "2d":  # a tile's amax, repeated on each of its 16 rows as the scales are
-    m, nb = blocks.shape[-3], blocks.shape[-2]
-    tiles = blocks.reshape(*blocks.shape[:-3], m // 16, 16, nb, 16).max(axis=(-3, -1), keepdims=True)
-    bamax = np.broadcast_to(tiles, (*tiles.shape[:-4], m // 16, 16, nb, 1)).reshape(*blocks.shape[:-1])
-  else:
-    bamax = blocks.max(axis=-1)
-  nonzero, live = xt != 0, bamax > 0
-  return {
-      "amax": float(amax),
-      "underflow": float(np.sum(nonzero & (q == 0)) / max(np.sum(nonzero), 1)),
-      "rel_error": float(np.sqrt(np.sum((deq - xt) ** 2) / norm)) if norm > 0 else 0.0,
-      "subnormal_scales": float(np.sum(live & (scale < 2.0**-6)) / max(np.sum(live), 1)),
-  }
-
-
 def _ours(x: np.ndarray, **kwargs) -> dict[str, float]:
   stats = jax.jit(lambda a: quantization_stats(a, **kwargs))(x)
   assert set(stats) == set(STAT_NAMES) and all(v.dtype == np.float32 and v.shape == () for v in stats.values())
@@ -47,7 +22,7 @@ def _ours(x: np.ndarray, **kwargs) -> dict[str, float]:
 
 
 def _assert_matches(x: np.ndarray, scaling: str = "1d", rht: bool = False) -> dict[str, float]:
-  got, want = _ours(x, scaling=scaling, rht=rht), _oracle(x, scaling, rht)
+  got, want = _ours(x, scaling=scaling, rht=rht), reference.statistics(x, scaling, rht)
   assert got["amax"] == want["amax"]
   assert got["underflow"] == pytest.approx(want["underflow"], rel=1e-6, abs=0)
   assert got["subnormal_scales"] == pytest.approx(want["subnormal_scales"], rel=1e-6, abs=0)
