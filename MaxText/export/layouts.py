@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -19,8 +20,8 @@ import numpy as np
 from MaxText.nvfp4.formats import BLOCK_SIZE
 from MaxText.nvfp4.quantize import Scaling, quantize, tensor_scales
 
-__all__ = ["Format", "QuantizedWeight", "quantize_weight", "tensors_of", "input_scales", "quantization_config",
-           "modelopt_config_json", "FORMAT_NAMES"]
+__all__ = ["FORMAT_NAMES", "LAYOUTS", "Format", "QuantizedWeight", "ServingLayout", "input_scales",
+           "modelopt_config_json", "quantization_config", "quantize_weight", "tensors_of"]
 
 
 class Format(str, enum.Enum):
@@ -67,25 +68,31 @@ def quantize_weight(w: np.ndarray | jax.Array, dtype: jnp.dtype, two_d: bool) ->
   return QuantizedWeight(np.asarray(packed), np.asarray(scale), np.float32(s_enc), np.float32(s_dec))
 
 
+def _compressed_tensors(prefix: str, q: QuantizedWeight, input_amax: float | None) -> dict[str, np.ndarray]:
+  """compressed-tensors: dequantized = fp4 * (weight_scale / weight_global_scale); global scale = 2688 / amax."""
+  out = {f"{prefix}.weight_packed": q.packed, f"{prefix}.weight_scale": q.scale,
+         f"{prefix}.weight_global_scale": np.array([q.s_enc], np.float32)}
+  if input_amax is not None:
+    out[f"{prefix}.input_global_scale"] = np.array([input_scales(input_amax)[0]], np.float32)
+  return out
+
+
+def _modelopt(prefix: str, q: QuantizedWeight, input_amax: float | None) -> dict[str, np.ndarray]:
+  """ModelOpt: dequantized = fp4 * weight_scale * weight_scale_2; weight_scale_2 = amax / 2688 (a scalar)."""
+  out = {f"{prefix}.weight": q.packed, f"{prefix}.weight_scale": q.scale,
+         f"{prefix}.weight_scale_2": np.array(q.s_dec, np.float32)}
+  if input_amax is not None:
+    out[f"{prefix}.input_scale"] = np.array(input_scales(input_amax)[1], np.float32)
+  return out
+
+
 def tensors_of(name: str, q: QuantizedWeight, fmt: Format, input_amax: float | None = None) -> dict[str, np.ndarray]:
   """The tensors a format stores for the Linear whose weight is `name` (ends in `.weight`); with `input_amax` (the
   calibrated amax of its input, W4A4) also its input's global scale, by the same rule as the weight's."""
-  prefix = name.removesuffix(".weight")
-  if fmt is Format.COMPRESSED_TENSORS:
-    # compressed-tensors: dequantized = fp4 * (weight_scale / weight_global_scale); global scale = 2688 / amax.
-    out = {f"{prefix}.weight_packed": q.packed, f"{prefix}.weight_scale": q.scale,
-           f"{prefix}.weight_global_scale": np.array([q.s_enc], np.float32)}
-    if input_amax is not None:
-      out[f"{prefix}.input_global_scale"] = np.array([input_scales(input_amax)[0]], np.float32)
-    return out
-  if fmt is Format.MODELOPT:
-    # ModelOpt: dequantized = fp4 * weight_scale * weight_scale_2; weight_scale_2 = amax / 2688 (a scalar).
-    out = {f"{prefix}.weight": q.packed, f"{prefix}.weight_scale": q.scale,
-           f"{prefix}.weight_scale_2": np.array(q.s_dec, np.float32)}
-    if input_amax is not None:
-      out[f"{prefix}.input_scale"] = np.array(input_scales(input_amax)[1], np.float32)
-    return out
-  raise ValueError(f"format {fmt.value} stores no NVFP4 tensors")
+  layout = LAYOUTS[fmt]
+  if layout.tensors is None:
+    raise ValueError(f"format {fmt.value} stores no NVFP4 tensors")
+  return layout.tensors(name.removesuffix(".weight"), q, input_amax)
 
 
 def input_scales(amax: float) -> tuple[np.float32, np.float32]:
@@ -101,39 +108,44 @@ def _ignored_linears(ignore: list[str]) -> list[str]:
   return sorted(n.removesuffix(".weight") for n in ignore)
 
 
+def _compressed_tensors_config(modules: list[str], activations: bool) -> dict:
+  """config.json's `quantization_config` as compressed-tensors' `ModelCompressor.update_config` writes the NVFP4A16
+  or NVFP4 preset (compressed_tensors/quantization/quant_scheme.py; NVFP4's inputs: dynamic "local", i.e. block
+  scales at run time under the stored global scale)."""
+  weights = {"dynamic": False, "group_size": BLOCK_SIZE, "num_bits": 4, "scale_dtype": "torch.float8_e4m3fn",
+             "strategy": "tensor_group", "symmetric": True, "type": "float"}
+  inputs = ({**weights, "dynamic": "local", "observer": "static_minmax"} if activations else None)
+  return {
+      "config_groups": {"group_0": {"format": "nvfp4-pack-quantized", "input_activations": inputs,
+                                    "output_activations": None, "targets": ["Linear"], "weights": weights}},
+      "format": "nvfp4-pack-quantized",
+      "global_compression_ratio": None,
+      "ignore": modules,
+      "kv_cache_scheme": None,
+      "moe_sparsity_config": None,
+      "quant_method": "compressed-tensors",
+      "quantization_status": "compressed",
+      "sparsity_config": {},
+      "transform_config": {},
+      "version": COMPRESSED_TENSORS_VERSION,
+  }
+
+
+def _modelopt_config(modules: list[str], activations: bool) -> dict:
+  """hf_quant_config.json's `quantization` (modelopt/torch/export/unified_export_hf.py, get_quant_config):
+  W4A16_NVFP4, or NVFP4 with inputs."""
+  return {"quant_algo": "NVFP4" if activations else "W4A16_NVFP4", "kv_cache_quant_algo": None,
+          "group_size": BLOCK_SIZE, "exclude_modules": modules}
+
+
 def quantization_config(fmt: Format, ignore: list[str], activations: bool = False) -> dict:
   """The config that marks the checkpoint quantized: weight-only (W4A16: no input activation scheme), or with
   `activations` W4A4 (NVFP4 inputs with calibrated global scales); `ignore` lists the Linear weights kept
-  unquantized (exact module names).
-
-  compressed-tensors: the `quantization_config` of config.json as its `ModelCompressor.update_config` writes the
-  NVFP4A16 or NVFP4 preset (compressed_tensors/quantization/quant_scheme.py; NVFP4's inputs: dynamic "local", i.e.
-  block scales at run time under the stored global scale). ModelOpt: hf_quant_config.json's `quantization`
-  (modelopt/torch/export/unified_export_hf.py, get_quant_config): W4A16_NVFP4, or NVFP4 with inputs.
-  """
-  modules = _ignored_linears(ignore)
-  if fmt is Format.COMPRESSED_TENSORS:
-    weights = {"dynamic": False, "group_size": BLOCK_SIZE, "num_bits": 4, "scale_dtype": "torch.float8_e4m3fn",
-               "strategy": "tensor_group", "symmetric": True, "type": "float"}
-    inputs = ({**weights, "dynamic": "local", "observer": "static_minmax"} if activations else None)
-    return {
-        "config_groups": {"group_0": {"format": "nvfp4-pack-quantized", "input_activations": inputs,
-                                      "output_activations": None, "targets": ["Linear"], "weights": weights}},
-        "format": "nvfp4-pack-quantized",
-        "global_compression_ratio": None,
-        "ignore": modules,
-        "kv_cache_scheme": None,
-        "moe_sparsity_config": None,
-        "quant_method": "compressed-tensors",
-        "quantization_status": "compressed",
-        "sparsity_config": {},
-        "transform_config": {},
-        "version": COMPRESSED_TENSORS_VERSION,
-    }
-  if fmt is Format.MODELOPT:
-    return {"quant_algo": "NVFP4" if activations else "W4A16_NVFP4", "kv_cache_quant_algo": None,
-            "group_size": BLOCK_SIZE, "exclude_modules": modules}
-  raise ValueError(f"format {fmt.value} has no quantization config")
+  unquantized (exact module names). Each format's own (its `ServingLayout.quantization`)."""
+  layout = LAYOUTS[fmt]
+  if layout.quantization is None:
+    raise ValueError(f"format {fmt.value} has no quantization config")
+  return layout.quantization(_ignored_linears(ignore), activations)
 
 
 def modelopt_config_json(quant: dict) -> dict:
@@ -144,6 +156,40 @@ def modelopt_config_json(quant: dict) -> dict:
   return {"config_groups": {"group_0": {"input_activations": inputs, "weights": group, "targets": ["Linear"]}},
           "ignore": quant["exclude_modules"], "quant_algo": quant["quant_algo"],
           "producer": {"name": "modelopt", "version": MODELOPT_VERSION}, "quant_method": "modelopt"}
+
+
+def _modelopt_files(quant: dict) -> dict[str, dict]:
+  return {"hf_quant_config.json": {"producer": {"name": "modelopt", "version": MODELOPT_VERSION},
+                                   "quantization": quant}}
+
+
+@dataclasses.dataclass(frozen=True)
+class ServingLayout:
+  """One serving format, all that the export does differently for it (the export itself names no format).
+
+  quantized: whether its MLP weights are NVFP4 (bf16: every tensor as the checkpoint holds it, no input scales).
+  tensors: (module prefix, the quantized weight, its input's calibrated amax or None) -> the tensors it stores: their
+    names, and the tensor scale's orientation (2688/amax or amax/2688).
+  quantization: (the unquantized Linear modules, W4A4?) -> the format's quantization config.
+  config_json: that config -> config.json's `quantization_config`.
+  files: that config -> other JSON files written beside config.json, by name.
+  """
+
+  quantized: bool
+  tensors: Callable[[str, QuantizedWeight, float | None], dict[str, np.ndarray]] | None = None
+  quantization: Callable[[list[str], bool], dict] | None = None
+  config_json: Callable[[dict], dict] = lambda quant: quant
+  files: Callable[[dict], dict[str, dict]] = lambda quant: {}
+
+
+#: Every format of the export, one entry each.
+LAYOUTS: dict[Format, ServingLayout] = {
+    Format.COMPRESSED_TENSORS: ServingLayout(quantized=True, tensors=_compressed_tensors,
+                                             quantization=_compressed_tensors_config),
+    Format.MODELOPT: ServingLayout(quantized=True, tensors=_modelopt, quantization=_modelopt_config,
+                                   config_json=modelopt_config_json, files=_modelopt_files),
+    Format.BF16: ServingLayout(quantized=False),
+}
 
 
 #: The format versions whose definitions this module follows (docs/export.md cites their source).

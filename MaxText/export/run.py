@@ -26,7 +26,6 @@ from MaxText.precision.policy import Precision
 __all__ = ["Summary", "export", "METADATA_FILE"]
 
 METADATA_FILE = "nvfp4_export.json"
-_MODELOPT_CONFIG = "hf_quant_config.json"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,7 +66,7 @@ def _plan(config: Any, model: mapping.Model, keys: list[Any], fmt: Format) -> di
   plan: dict[str, Precision] = {}
   for key in keys:
     for name in _names(model.param_map[key]):
-      p = mapping.precision_of(config, key_str(key), name) if fmt is not Format.BF16 else Precision.BF16
+      p = mapping.precision_of(config, key_str(key), name) if layouts.LAYOUTS[fmt].quantized else Precision.BF16
       shape = tuple(model.shapes[name])
       if p is Precision.NVFP4:
         out_dim, in_dim = shape
@@ -101,9 +100,10 @@ def export(config: Any, out: pathlib.Path, fmt: Format, force: bool = False, pro
   model = mapping.model_of(config)
   check_destination(out, force)
   checkpoint = source.find_checkpoint(config)
-  if calibrate is not None and fmt is Format.BF16:
-    raise ExportError("--activations calibrate with --format bf16: an unquantized export has no input scales; "
-                      "use --format compressed-tensors or modelopt")
+  if calibrate is not None and not layouts.LAYOUTS[fmt].quantized:
+    quantized = " or ".join(f.value for f, layout in layouts.LAYOUTS.items() if layout.quantized)
+    raise ExportError(f"--activations calibrate with --format {fmt.value}: an unquantized export has no input "
+                      f"scales; use --format {quantized}")
   calibration = calibrate(checkpoint) if calibrate is not None else None
   exact, line = mapping.exact(config, checkpoint.step)
   state = source.read_parameters(config, checkpoint)
@@ -121,14 +121,13 @@ def export(config: Any, out: pathlib.Path, fmt: Format, force: bool = False, pro
   plan = _plan(config, model, keys, fmt)
   two_d = settings_of(config).recipe.weight_2d
   dtype = run_keys(config).dtype
-  written_fmt = Format.COMPRESSED_TENSORS if fmt is Format.BF16 else fmt  # bf16: no quantized tensor at all
   # pylint: disable-next=import-outside-toplevel  # import cost: maxtext, transformers and tqdm load when exporting
   from tqdm import tqdm
   ups = {p.up for p in pairs.values()}
 
   def nvfp4(name: str, q: layouts.QuantizedWeight, gemm_key: str) -> dict[str, np.ndarray]:
     amax = calibration.input_amax(gemm_key, name) if calibration is not None else None
-    return layouts.tensors_of(name, q, written_fmt, amax)
+    return layouts.tensors_of(name, q, fmt, amax)
 
   with ExportDir(out, force, shards=sum(mapping.pieces(model, key) for key in keys)) as d:
     for key in tqdm(keys, desc="export", unit="param", disable=not progress, file=sys.stderr):
@@ -184,24 +183,22 @@ def _fused_pieces(gate: list[tuple[str, np.ndarray]], up: list[tuple[str, np.nda
 
 def _write_configs(d: ExportDir, model: mapping.Model, fmt: Format, ignore: list[str], compute_dtype: str,
                    activations: bool) -> None:
-  """config.json (maxtext's HF config, sized from the run) with the format's quantization config; ModelOpt's
-  hf_quant_config.json beside it."""
+  """config.json (maxtext's HF config, sized from the run) with the format's quantization config, and the format's
+  own files beside it (ModelOpt's hf_quant_config.json)."""
   # pylint: disable-next=import-outside-toplevel  # import cost: maxtext, transformers and tqdm load when exporting
   from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
   hf = model.hf_config.to_dict()
   if hf.get("model_type") in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
     hf["architectures"] = [MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[hf["model_type"]]]
-  if fmt is not Format.BF16:
+  layout = layouts.LAYOUTS[fmt]
+  if layout.quantized:
     # The libraries decompress NVFP4 weights to bf16 (compressed-tensors on the first forward), so the model must load
     # in the run's compute dtype: with none named, transformers loads float32 and that forward fails.
     hf["dtype"] = compute_dtype
-  if fmt is Format.COMPRESSED_TENSORS:
-    hf["quantization_config"] = layouts.quantization_config(fmt, ignore, activations)
-  elif fmt is Format.MODELOPT:
     quant = layouts.quantization_config(fmt, ignore, activations)
-    d.write_json(_MODELOPT_CONFIG, {"producer": {"name": "modelopt", "version": layouts.MODELOPT_VERSION},
-                                    "quantization": quant})
-    hf["quantization_config"] = layouts.modelopt_config_json(quant)
+    for name, content in layout.files(quant).items():
+      d.write_json(name, content)
+    hf["quantization_config"] = layout.config_json(quant)
   d.write_json("config.json", hf)
 
 
@@ -209,7 +206,7 @@ def _metadata(config: Any, checkpoint: source.Checkpoint, fmt: Format, exact: bo
               nvfp4: tuple[str, ...], ignore: tuple[str, ...], tokenizer: str, files: dict[str, str],
               calibration: Calibration | None) -> dict:
   settings, keys = settings_of(config), run_keys(config)
-  if fmt is Format.BF16:
+  if not layouts.LAYOUTS[fmt].quantized:
     activations: Any = "none (unquantized)"
   elif calibration is None:
     activations = "none (weight-only: W4A16)"
@@ -224,7 +221,7 @@ def _metadata(config: Any, checkpoint: source.Checkpoint, fmt: Format, exact: bo
       "recipe": dict(settings.record),
       "format": fmt.value,
       "activations": activations,
-      "nvfp4": {"exact": exact if fmt is not Format.BF16 else None, "why": line, "weight_scaling":
+      "nvfp4": {"exact": exact if layouts.LAYOUTS[fmt].quantized else None, "why": line, "weight_scaling":
                 "2d" if settings.recipe.weight_2d else "1d", "tensors": list(nvfp4)},
       "unquantized_linears": list(ignore),
       "tokenizer": tokenizer,
