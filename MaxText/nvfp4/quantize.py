@@ -275,11 +275,18 @@ def quantize_block_scaled(
   Returns:
     (values, amax): bfloat16 values of x's shape; the float32 global amax.
   """
+  x, scaling, axis = _operand(x, scaling, stochastic_rounding, key, axis)
+  return _block_scaled(x, key if stochastic_rounding else None, scaling=scaling, rht=rht, axis=axis)
+
+
+def _operand(x: jax.Array, scaling: Scaling | str, stochastic_rounding: bool, key: jax.Array | None, axis: int
+             ) -> tuple[jax.Array, Scaling, int]:
+  """A GEMM operand's arguments checked (check_input) and normalized: (x as an array, scaling, axis >= 0)."""
   x = jnp.asarray(x)
   scaling = Scaling(scaling)
   axis = axis % max(x.ndim, 1)
   check_input(x, scaling, stochastic_rounding, key, axis)
-  return _block_scaled(x, key if stochastic_rounding else None, scaling=scaling, rht=rht, axis=axis)
+  return x, scaling, axis
 
 
 def _rounded(x: jax.Array, key: jax.Array | None, scaling: Scaling, rht: bool, axis: int
@@ -349,12 +356,9 @@ def quantize_codes(
   """A 2D GEMM operand as E2M1 codes and E4M3 block scales (`BlockCodes`): the same quantization as
   `quantize_block_scaled` of the same arguments (random bits of stochastic rounding included), kept in the form
   NVIDIA's block-scaled GEMM reads, never dequantized. What the fused backend multiplies."""
-  x = jnp.asarray(x)
-  scaling = Scaling(scaling)
-  if x.ndim != 2:
-    raise ValueError(f"quantize_codes: a GEMM operand is 2D, got shape {x.shape}")
-  axis = axis % 2
-  check_input(x, scaling, stochastic_rounding, key, axis)
+  if jnp.ndim(x) != 2:
+    raise ValueError(f"quantize_codes: a GEMM operand is 2D, got shape {jnp.shape(x)}")
+  x, scaling, axis = _operand(x, scaling, stochastic_rounding, key, axis)
   codes, scales, amax = _codes(x, key if stochastic_rounding else None, scaling=scaling, rht=rht, axis=axis)
   return BlockCodes(codes, scales, amax, scaling, 1 if scaling is Scaling.TWO_D else axis)
 
