@@ -4,6 +4,7 @@
 Source runs (module-scoped, one or two steps each, checkpointing):
   bf16, fp8       maxtext's bf16 and fp8, scanned
   nvfp4           te_nvfp4 with statistics every step (so its checkpoint holds tap state), two steps
+  no_rht          te_nvfp4_no_rht
   unscanned       bf16, scan_layers=false
   moe             bf16, a tiny Mixtral (routed experts)
 Each target run loads one with `load_parameters_path=<run>/checkpoints/<step>/items` at learning rate 0 and saves
@@ -31,6 +32,7 @@ _SOURCES = {
     "bf16": ([], 1),
     "fp8": (["quantization=fp8"], 1),
     "nvfp4": (["quantization=te_nvfp4", "nvfp4_stats_interval=1"], 2),
+    "no_rht": (["quantization=te_nvfp4_no_rht"], 1),
     "unscanned": (["scan_layers=false"], 1),
     "moe": (MIXTRAL, 1),
 }
@@ -39,6 +41,7 @@ _TARGETS = {
     "bf16_to_nvfp4": ("bf16", ["quantization=te_nvfp4"]),
     "fp8_to_no_rht": ("fp8", ["quantization=te_nvfp4_no_rht"]),
     "nvfp4_to_nvfp4": ("nvfp4", ["quantization=te_nvfp4", "nvfp4_stats_interval=1"]),
+    "no_rht_to_nvfp4": ("no_rht", ["quantization=te_nvfp4"]),
     "unscanned_to_no_rht": ("unscanned", ["quantization=te_nvfp4_no_rht", "scan_layers=false"]),
     "moe_to_nvfp4": ("moe", ["quantization=te_nvfp4", *MIXTRAL]),
 }
