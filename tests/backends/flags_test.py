@@ -17,6 +17,7 @@ from MaxText.backends import flags
 from MaxText.backends.emulated import Nvfp4DotGeneral
 from MaxText.nvfp4.gemm import MATMUL_DIMS
 from MaxText.precision import switches as sw
+from tests.backends.helpers import gemm_program
 from tests.helpers import TINY_SCHEDULE, read_losses, resumed_losses, settings, train_cli
 
 
@@ -30,24 +31,11 @@ def _operands() -> tuple[jax.Array, jax.Array, jax.Array]:
 
 @functools.cache
 def _gemm(switches: sw.Switches, with_step: bool) -> tuple[dict, Callable]:
-  """The variables of one Nvfp4DotGeneral under `switches`, and its forward output and (dx, dW) for a cotangent,
-  compiled once: the layer index and the step are traced arguments, as in training (a scanned layer's index, maxtext's
-  step), so every layer and step of one `switches` runs the same program."""
+  """One Nvfp4DotGeneral under `switches` as one program (tests/backends/helpers.py): the layer index (a variable)
+  and the step are traced, as in training (a scanned layer's index, maxtext's step), so every layer and step of one
+  `switches` runs the same program."""
   x, w, _ = _operands()
-  module = Nvfp4DotGeneral(settings=settings(switches=switches))
-  rngs = {"params": jax.random.key(1), "dropout": jax.random.key(2)}
-  variables = module.init(rngs, x, w, MATMUL_DIMS)
-
-  def run(variables, step, x, w, dy):
-    def apply(x, w):
-      if not with_step:
-        return module.apply(variables, x, w, MATMUL_DIMS, rngs=rngs, mutable=["aqt"])[0]
-      with flags.step_scope(step):
-        return module.apply(variables, x, w, MATMUL_DIMS, rngs=rngs, mutable=["aqt"])[0]
-
-    return _value_and_vjp(apply, x, w, dy)
-
-  return variables, jax.jit(run)
+  return gemm_program(Nvfp4DotGeneral(settings=settings(switches=switches)), x, w, MATMUL_DIMS, with_step=with_step)
 
 
 def _run(switches: sw.Switches, layer: int | None = None, step: int | None = None):

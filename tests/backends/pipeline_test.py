@@ -21,6 +21,7 @@ from MaxText.nvfp4.operands import GEMM_OPERANDS
 from MaxText.nvfp4.stats import STAT_NAMES
 from MaxText.precision.taps import AUDIT, STATISTICS
 from MaxText.selfcheck.candidates import FAULTS, Emulator
+from tests.backends.helpers import gemm_program
 from tests.helpers import settings
 from tests.nvfp4 import reference
 
@@ -38,24 +39,11 @@ def _operands():
 
 @functools.cache
 def _gemm(interval: int) -> tuple[dict, Callable]:
-  """The variables of one GEMM module with statistics every `interval` steps, and its y and gradients (the statistics
-  variable's too) for the cotangent dy, compiled once: the step is a traced argument, as maxtext's is in training."""
-  x, w, dy = _operands()
-  module = Nvfp4DotGeneral(settings=settings(stats_interval=interval))
-  rngs = {"params": jax.random.key(1), "dropout": jax.random.key(2)}
-  variables = module.init(rngs, x, w, _DIMS)
-
-  @jax.jit
-  def run(step, x, w, sink):
-    def apply(x, w, sink):
-      v = variables if sink is None else {**variables, STATS_COLLECTION: {STATISTICS.variable: sink}}
-      with flags.step_scope(step):
-        return module.apply(v, x, w, _DIMS, rngs=rngs, mutable=["aqt"])[0]
-
-    y, vjp = jax.vjp(apply, x, w, sink)
-    return y, vjp(dy)
-
-  return variables, run
+  """One GEMM module with statistics every `interval` steps as one program (tests/backends/helpers.py), the statistics
+  variable its sink: the step is a traced argument, as maxtext's is in training."""
+  x, w, _ = _operands()
+  return gemm_program(Nvfp4DotGeneral(settings=settings(stats_interval=interval)), x, w, _DIMS,
+                      sink=(STATS_COLLECTION, STATISTICS.variable))
 
 
 def _run(interval: int, step: int, sink_value: float = 0.0):
@@ -63,8 +51,8 @@ def _run(interval: int, step: int, sink_value: float = 0.0):
   variables, run = _gemm(interval)
   sink = variables.get(STATS_COLLECTION, {}).get(STATISTICS.variable)
   sink = None if sink is None else jnp.full_like(sink, sink_value)
-  x, w, _ = _operands()
-  y, (dx, dw, dsink) = run(jnp.int32(step), x, w, sink)
+  x, w, dy = _operands()
+  y, (dx, dw, dsink) = run(variables, jnp.int32(step), x, w, dy, sink)
   return y, dx, dw, dsink
 
 
