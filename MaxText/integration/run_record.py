@@ -74,6 +74,21 @@ def _has_checkpoint(directory: epath.Path) -> bool:
   return checkpoints.exists() and any(p.name.isdigit() for p in checkpoints.iterdir())
 
 
+def _change(before: dict[str, Any], now: dict[str, Any], changed: dict[str, Any], **more: Any) -> dict[str, Any]:
+  """One entry of precision_changes.jsonl: when, what changed (`changed`, from record `before` to `now`), `more`,
+  and what starts fresh."""
+  old_mode, new_mode = str(before.get("quantization") or ""), str(now["quantization"] or "")
+  return {"time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), **more,
+          "changed": changed, "reinitialized": _reinitialized(old_mode, new_mode, _started(before, now))}
+
+
+def _append(directory: epath.Path, change: dict[str, Any]) -> None:
+  """Appends `change` to the run directory's precision_changes.jsonl."""
+  directory.mkdir(parents=True, exist_ok=True)
+  with (directory / CHANGES_FILE).open("a") as f:
+    f.write(json.dumps(change) + "\n")
+
+
 def note_resume(config: Any) -> dict[str, Any] | None:
   """Compares this run's settings with the run directory's record; logs and records a change. Returns the change."""
   directory = epath.Path(run_dir(config))
@@ -89,15 +104,11 @@ def note_resume(config: Any) -> dict[str, Any] | None:
     changed = {k: {"old": before.get(k), "new": v} for k, v in now.items() if before.get(k) != v}
     changed.update({k: {"old": v, "new": None} for k, v in before.items() if k not in now})
     if changed:
-      old_mode, new_mode = str(before.get("quantization") or ""), str(now["quantization"] or "")
-      change = {"time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                "changed": changed,
-                "reinitialized": _reinitialized(old_mode, new_mode, _started(before, now))}
+      change = _change(before, now, changed)
       keys = ", ".join(f"{k}: {v['old']!r} -> {v['new']!r}" for k, v in changed.items())
       _LOG.warning("NVFP4: resuming %s with changed precision settings (%s); %s. Recorded in %s", directory, keys,
                    change["reinitialized"], directory / CHANGES_FILE)
-      with (directory / CHANGES_FILE).open("a") as f:
-        f.write(json.dumps(change) + "\n")
+      _append(directory, change)
   directory.mkdir(parents=True, exist_ok=True)
   record.write_text(json.dumps(now, indent=2) + "\n")
   return change
@@ -130,19 +141,14 @@ def note_full_state_load(config: Any) -> dict[str, Any] | None:
   changed = {k: {"old": before.get(k), "new": v} for k, v in now.items() if before.get(k) != v}
   if not changed:
     return None
-  old_mode = str(before.get("quantization") or "")
-  change = {"time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "source": path,
-            "changed": changed, "reinitialized": _reinitialized(old_mode, str(now["quantization"]),
-                                                                _started(before, now))}
-  what = f"a {old_mode} run" if record.exists() else f"a run without {RECORD_FILE} (not an NVFP4 run)"
+  change = _change(before, now, changed, source=path)
+  what = f"a {before.get('quantization') or ''} run" if record.exists() else f"a run without {RECORD_FILE} (not an NVFP4 run)"
   keys = ", ".join(f"{k}: {v['old']!r} -> {v['new']!r}" for k, v in changed.items() if k == "quantization"
                    or record.exists())
   directory = epath.Path(run_dir(config))
   _LOG.warning("NVFP4: load_full_state_path=%s is the state of %s, loaded with changed precision settings (%s); %s. "
                "Recorded in %s", path, what, keys, change["reinitialized"], directory / CHANGES_FILE)
-  directory.mkdir(parents=True, exist_ok=True)
-  with (directory / CHANGES_FILE).open("a") as f:
-    f.write(json.dumps(change) + "\n")
+  _append(directory, change)
   return change
 
 
