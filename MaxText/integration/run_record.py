@@ -142,7 +142,8 @@ def note_full_state_load(config: Any) -> dict[str, Any] | None:
   if not changed:
     return None
   change = _change(before, now, changed, source=path)
-  what = f"a {before.get('quantization') or ''} run" if record.exists() else f"a run without {RECORD_FILE} (not an NVFP4 run)"
+  old_mode = before.get("quantization") or ""
+  what = f"a {old_mode} run" if record.exists() else f"a run without {RECORD_FILE} (not an NVFP4 run)"
   keys = ", ".join(f"{k}: {v['old']!r} -> {v['new']!r}" for k, v in changed.items() if k == "quantization"
                    or record.exists())
   directory = epath.Path(run_dir(config))
