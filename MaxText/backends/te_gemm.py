@@ -10,8 +10,9 @@ the tensor scales from the two amaxes (alpha = amax_a/2688 * amax_b/2688, as our
 
 Layout: K last for both operands, row-wise (what `BlockCodes.contracting` gives). A 16x16 weight tile's scale is
 repeated on each of its 16 rows, so every operand goes as 1x16 blocks: the same numbers the GEMM multiplies. The
-scales go unpadded: TE pads them to its swizzle's granule itself. The output is float32 (the operand's `dq_dtype`),
-cast by the caller as the emulated GEMM's is.
+scales go unpadded: TE pads them to its swizzle's granule itself. The output takes the operands' `dq_dtype`, set to
+the caller's output dtype: cuBLASLt's epilogue rounds the f32 accumulator times alpha once to it, the rounding the
+emulated GEMM's cast does, and no f32 product is written out to be cast afterwards.
 transformer_engine is imported when the GEMM is first traced, never at import time.
 """
 
@@ -26,8 +27,8 @@ __all__ = ["te_block_scaled_gemm"]
 
 
 
-def te_block_scaled_gemm(a: BlockCodes, a_axis: int, b: BlockCodes, b_axis: int) -> jax.Array:
-  """a . b contracting a's `a_axis` with b's `b_axis` through TE's NVFP4 GEMM: float32, a's free axis first
+def te_block_scaled_gemm(a: BlockCodes, a_axis: int, b: BlockCodes, b_axis: int, out_dtype: jnp.dtype) -> jax.Array:
+  """a . b contracting a's `a_axis` with b's `b_axis` through TE's NVFP4 GEMM: `out_dtype`, a's free axis first
   (MaxText.nvfp4.gemm.BlockScaledGemm)."""
   # pylint: disable-next=import-outside-toplevel  # optional heavy dependency: TE, only where this GEMM is traced
   import transformer_engine.jax.quantize as te_quantize
@@ -37,7 +38,7 @@ def te_block_scaled_gemm(a: BlockCodes, a_axis: int, b: BlockCodes, b_axis: int)
     codes, scales = q.contracting(axis)
     return te_quantize.ScaledTensorFactory.create_1x(codes, scales, amax=q.amax.reshape(1),
                                                      scaling_mode=te_quantize.ScalingMode.NVFP4_1D_SCALING,
-                                                     dq_dtype=jnp.float32)
+                                                     dq_dtype=out_dtype)
 
   out = gemm(operand(a, a_axis), operand(b, b_axis), contracting_dims=((1,), (1,)))
-  return (out[0] if isinstance(out, (tuple, list)) else out).astype(jnp.float32)
+  return (out[0] if isinstance(out, (tuple, list)) else out).astype(out_dtype)

@@ -92,18 +92,19 @@ class Product(enum.Enum):
 
 Quantized = BlockScaled | BlockCodes
 
-#: A block-scaled GEMM: (a, the axis of a it contracts, b, the axis of b it contracts) -> the f32 product with the
-#: tensor scales applied (alpha), a's free axis first. `scaled_matmul_gemm` is jax's; a backend may bring another
+#: A block-scaled GEMM: (a, the axis of a it contracts, b, the axis of b it contracts, the output dtype) -> the product
+#: with the tensor scales applied (alpha), accumulated in f32 and rounded once to the output dtype, a's free axis
+#: first. The GEMM writes that dtype itself (a bf16 output is never an f32 array cast afterwards). `scaled_matmul_gemm` is jax's; a backend may bring another
 #: (TransformerEngine's cuBLASLt NVFP4 GEMM, MaxText.backends.te_gemm) on the same operands.
-BlockScaledGemm = Callable[[BlockCodes, int, BlockCodes, int], jax.Array]
+BlockScaledGemm = Callable[[BlockCodes, int, BlockCodes, int, jnp.dtype], jax.Array]
 
 
-def scaled_matmul_gemm(a: BlockCodes, a_axis: int, b: BlockCodes, b_axis: int) -> jax.Array:
+def scaled_matmul_gemm(a: BlockCodes, a_axis: int, b: BlockCodes, b_axis: int, out_dtype: jnp.dtype) -> jax.Array:
   """`jax.nn.scaled_matmul` on the codes and scales laid out K-last, times alpha = amax_a/2688 * amax_b/2688."""
   (a_codes, a_scales), (b_codes, b_scales) = a.contracting(a_axis), b.contracting(b_axis)
   dot = jax.nn.scaled_matmul(a_codes[None], b_codes[None], a_scales[None], b_scales[None],
                              preferred_element_type=jnp.float32)[0]
-  return dot * (divide(a.amax, NVFP4.tensor_scale_range) * divide(b.amax, NVFP4.tensor_scale_range))
+  return (dot * (divide(a.amax, NVFP4.tensor_scale_range) * divide(b.amax, NVFP4.tensor_scale_range))).astype(out_dtype)
 
 
 def _quantized(
@@ -117,9 +118,9 @@ def _quantized(
   return BlockScaled(values, amax)
 
 
-def _product(a: Quantized, b: Quantized, contracting: tuple[int, int], fmt: BlockFormat,
+def _product(a: Quantized, b: Quantized, contracting: tuple[int, int], fmt: BlockFormat, out_dtype: jnp.dtype,
              block_gemm: BlockScaledGemm = scaled_matmul_gemm) -> jax.Array:
-  """a . b contracting axis contracting[0] of a with contracting[1] of b: f32 dot times alpha.
+  """a . b contracting axis contracting[0] of a with contracting[1] of b: f32 dot times alpha, as `out_dtype`.
 
   alpha = amax_a/2688 * amax_b/2688. The operands are bf16 and exact, their products exact in f32, and the dot
   accumulates in f32 (preferred_element_type), as the FP4 tensor-core GEMM does: the same numbers as an f32
@@ -127,11 +128,11 @@ def _product(a: Quantized, b: Quantized, contracting: tuple[int, int], fmt: Bloc
   block-scaled GEMM instead (`block_gemm`: a's free axis first, then b's, as dot_general orders them).
   """
   if isinstance(a, BlockCodes) and isinstance(b, BlockCodes):
-    return block_gemm(a, contracting[0], b, contracting[1])
+    return block_gemm(a, contracting[0], b, contracting[1], out_dtype)
   alpha = divide(a.amax, fmt.tensor_scale_range) * divide(b.amax, fmt.tensor_scale_range)
   dot = jax.lax.dot_general(a.values, b.values, (((contracting[0],), (contracting[1],)), ((), ())),
                             preferred_element_type=jnp.float32)
-  return dot * alpha
+  return (dot * alpha).astype(out_dtype)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -183,7 +184,7 @@ def _fprop_nvfp4(x: jax.Array, wq_dgrad: Quantized | None, w: jax.Array, recipe:
     wq_fprop = _quantized(w, Scaling.TWO_D, product=product) if wq_dgrad is None else wq_dgrad
   else:
     wq_fprop = _quantized(w, Scaling.ONE_D, axis=0, product=product)  # (K, N) along K
-  return _product(xq, wq_fprop, (1, 0), recipe.format, block_gemm).astype(x.dtype)
+  return _product(xq, wq_fprop, (1, 0), recipe.format, x.dtype, block_gemm)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -227,11 +228,11 @@ class Nvfp4Matmul:
     dy = dy.reshape(-1, self.layout.n)  # (M, N)
     key_dgrad, key_wgrad = jax.random.split(key) if self.recipe.stochastic_rounding else (None, None)
     dyq = _quantized(dy, Scaling.ONE_D, key=key_dgrad, product=self.product)  # (M, N) along N
-    dx = _product(dyq, wq_dgrad, (1, 1), self.recipe.format, self.block_gemm).astype(dy.dtype)  # (M, N) . (K, N)^T
+    dx = _product(dyq, wq_dgrad, (1, 1), self.recipe.format, dy.dtype, self.block_gemm)  # (M, N) . (K, N)^T
     dyq_t = _quantized(dy, Scaling.ONE_D, rht=self.recipe.rht, key=key_wgrad, axis=0,
                        product=self.product)  # dY^T along M, in place
     # (M, K)^T . (M, N)
-    dw = _product(xq_wgrad, dyq_t, (0, 0), self.recipe.format, self.block_gemm).astype(self.layout.w_dtype)
+    dw = _product(xq_wgrad, dyq_t, (0, 0), self.recipe.format, self.layout.w_dtype, self.block_gemm)
     return self.layout.unmatrices(dx, dw)
 
 

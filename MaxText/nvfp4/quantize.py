@@ -128,26 +128,21 @@ def _from_abs_bits(bits: jax.Array, dtype: jnp.dtype) -> jax.Array:
   return jax.lax.bitcast_convert_type(bits, dtype).astype(jnp.float32)
 
 
-def global_amax(x: jax.Array, block_amaxes: jax.Array | None = None) -> jax.Array:
-  """max |x| over the whole tensor as float32, ignoring NaN (module docstring); global when x is sharded.
-
-  With `block_amaxes` (block_amax of x's blocks, which quantize needs anyway) the NaN-free case is the max of
-  those, 1/16 of the elements (max is exact in any order, so the result is the same); without, one plain max
-  over x. Only a tensor that holds a NaN pays for a second, masked pass over x.
-  """
-  amax = jnp.max(jnp.abs(x) if block_amaxes is None else block_amaxes).astype(jnp.float32)
-
-  def _masked(x: jax.Array) -> jax.Array:
-    bits, inf_bits = _abs_bits(x)
-    return _from_abs_bits(jnp.max(jnp.where(bits > inf_bits, jnp.zeros_like(bits), bits)), x.dtype)
-
-  return jax.lax.cond(jnp.isnan(amax), _masked, lambda x: amax, x)
+def block_amax(blocks: jax.Array, axes: tuple[int, ...]) -> tuple[jax.Array, jax.Array]:
+  """Per block, over its `axes` (kept as size-1 axes), float32: (max |x| with a NaN propagating, max |x| ignoring
+  NaN). One read of the blocks gives both: the first makes the block scales (a NaN block's scale is 448, and the
+  GEMM operand forms mark it non-finite), the second the global amax (`global_amax`). Why not a global max that
+  branches on NaN (lax.cond): a data-dependent conditional is a fusion barrier and a host round trip on a GPU."""
+  bits, inf_bits = _abs_bits(blocks)
+  finite = jnp.where(bits > inf_bits, jnp.zeros_like(bits), bits)
+  return (_from_abs_bits(jnp.max(bits, axis=axes, keepdims=True), blocks.dtype),
+          _from_abs_bits(jnp.max(finite, axis=axes, keepdims=True), blocks.dtype))
 
 
-def block_amax(blocks: jax.Array, axes: tuple[int, ...]) -> jax.Array:
-  """max |x| over each block's `axes` (kept as size-1 axes), float32; a NaN in a block propagates."""
-  bits, _ = _abs_bits(blocks)
-  return _from_abs_bits(jnp.max(bits, axis=axes, keepdims=True), blocks.dtype)
+def global_amax(nan_free_block_amaxes: jax.Array) -> jax.Array:
+  """max |x| over the whole tensor as float32, ignoring NaN (module docstring), from the NaN-free block amaxes
+  (`block_amax`): 1/16 of the elements, and max is exact in any order. Global when x is sharded."""
+  return jnp.max(nan_free_block_amaxes).astype(jnp.float32)
 
 
 def tensor_scales(amax: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -238,8 +233,8 @@ def encode(
   if rht:
     x = hadamard.rht(x, axis, rht_signs)  # bf16, as TE's RHT kernel writes it; the amax is the post-RHT amax.
   blocks, block_axes = blocked(x, scaling, axis)
-  bamax = block_amax(blocks, block_axes)  # a NaN block -> FLT_MAX -> scale 448
-  amax = global_amax(x, bamax) if amax is None else amax
+  bamax, nan_free_bamax = block_amax(blocks, block_axes)  # a NaN block -> FLT_MAX -> scale 448
+  amax = global_amax(nan_free_bamax) if amax is None else amax
   s_enc, s_dec = tensor_scales(amax)
   s8 = to_e4m3(fmin_flt_max(bamax * (s_enc * ONE_SIXTH)))
   enc = fmin_flt_max(divide(np.float32(1.0), s8.astype(jnp.float32) * s_dec))  # s8 == 0 -> FLT_MAX
@@ -372,7 +367,7 @@ def _codes(x: jax.Array, key: jax.Array | None, *, scaling: Scaling, rht: bool, 
   m, n = x.shape
   compact = (m, n // BLOCK_SIZE) if (scaling is Scaling.ONE_D and axis == 1) else (
       (m // BLOCK_SIZE, n) if scaling is Scaling.ONE_D else (m // BLOCK_SIZE, n // BLOCK_SIZE))
-  return pack_e2m1(e2m1_codes(q.reshape(x.shape))), scales.reshape(compact), amax
+  return pack_e2m1(e2m1_codes(q.reshape(x.shape)), materialize=False), scales.reshape(compact), amax
 
 
 def dequantize(t: Nvfp4Tensor, dtype: jnp.dtype = jnp.float32) -> jax.Array:

@@ -74,7 +74,9 @@ def test_emulated_nvfp4_gemm_compiles_for_h100(te):
 @pytest.mark.parametrize("target", ["b200", "gb300"])
 def test_fused_nvfp4_gemm_compiles_to_te_gemms_on_our_operands_for_blackwell(te, blackwell, target):
   """nvfp4_backend=fused on Blackwell: our quantizer (XLA fusions) feeding TE's NVFP4 GEMM, three te_gemm_v2_ffi
-  calls and none of TE's quantize or RHT-amax kernels."""
+  calls and none of TE's quantize or RHT-amax kernels. Each GEMM writes its output dtype itself (bf16 here: x and W
+  are bf16), never an f32 product cast by a kernel of its own; no conditional (the NaN-free global amax is a
+  reduction, not a branch on NaN: a fusion barrier and a host round trip on a GPU)."""
   from MaxText.backends import dense  # pylint: disable=import-outside-toplevel
   from MaxText.precision.modes import Backend  # pylint: disable=import-outside-toplevel
   from MaxText.precision.policy import Precision  # pylint: disable=import-outside-toplevel
@@ -84,6 +86,9 @@ def test_fused_nvfp4_gemm_compiles_to_te_gemms_on_our_operands_for_blackwell(te,
   text = _compile_gemm(module, _device(target)).as_text()
   assert text.count('custom_call_target="te_gemm_v2_ffi"') == 3, "fprop, dgrad and wgrad are TE's FP4 GEMMs"
   assert "te_dbias_quantize_ffi" not in text and "te_rht_amax_ffi" not in text  # quantized by our code
+  outputs = re.findall(r"= \((\w+)\[[\d,]*\]\{[\d,]*\}, u8\[\d+\]\{0\}\) custom-call\([^\n]*te_gemm_v2_ffi", text)
+  assert outputs == ["bf16"] * 3, outputs
+  assert " conditional(" not in text
 
 
 @pytest.mark.parametrize("name", sorted(TARGETS))
