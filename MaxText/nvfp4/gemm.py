@@ -94,8 +94,9 @@ Quantized = BlockScaled | BlockCodes
 
 #: A block-scaled GEMM: (a, the axis of a it contracts, b, the axis of b it contracts, the output dtype) -> the product
 #: with the tensor scales applied (alpha), accumulated in f32 and rounded once to the output dtype, a's free axis
-#: first. The GEMM writes that dtype itself (a bf16 output is never an f32 array cast afterwards). `scaled_matmul_gemm` is jax's; a backend may bring another
-#: (TransformerEngine's cuBLASLt NVFP4 GEMM, MaxText.backends.te_gemm) on the same operands.
+#: first. The GEMM writes that dtype itself (a bf16 output is never an f32 array cast afterwards).
+#: `scaled_matmul_gemm` is jax's; a backend may bring another (TransformerEngine's cuBLASLt NVFP4 GEMM,
+#: MaxText.backends.te_gemm) on the same operands.
 BlockScaledGemm = Callable[[BlockCodes, int, BlockCodes, int, jnp.dtype], jax.Array]
 
 
