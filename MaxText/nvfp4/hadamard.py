@@ -13,7 +13,6 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.linalg
 
-from MaxText.nvfp4 import formats
 from MaxText.nvfp4.formats import BLOCK_SIZE
 
 #: TE's fixed random signs (not re-drawn per step, shared by all layers).
@@ -26,8 +25,8 @@ def rht_matrix(signs: np.ndarray = RHT_SIGNS) -> np.ndarray:
   return (np.asarray(signs, np.float32)[:, None] * h16) / np.float32(4.0)
 
 
-def _apply_runs(x: jax.Array, matrix: np.ndarray, axis: int = -1) -> jax.Array:
-  """Every 16-element run along `axis` times `matrix` (entries +-0.25), accumulated in f32.
+def _apply_runs(x: jax.Array, matrix: np.ndarray, axis: int = -1, out_dtype: jnp.dtype = jnp.float32) -> jax.Array:
+  """Every 16-element run along `axis` times `matrix` (entries +-0.25), accumulated in f32, written as `out_dtype`.
 
   bf16 input multiplies a bf16 copy of the matrix (exact: +-0.25) with f32 accumulation, as TE's bf16 tensor
   core MMA does and about 2x cheaper on CPU than an f32 product; other input is widened and multiplied in f32
@@ -50,11 +49,11 @@ def _apply_runs(x: jax.Array, matrix: np.ndarray, axis: int = -1) -> jax.Array:
   x = x if bf16 else x.astype(jnp.float32)
   if axis == x.ndim - 1:
     runs = x.reshape(*x.shape[:-1], x.shape[-1] // BLOCK_SIZE, BLOCK_SIZE)
-    y = jnp.einsum("...i,ij->...j", runs, m, preferred_element_type=jnp.float32, **kwargs)
+    y = jnp.einsum("...i,ij->...j", runs, m, preferred_element_type=out_dtype, **kwargs)
     return y.reshape(x.shape)
   runs = x.reshape(-1, BLOCK_SIZE, int(np.prod(x.shape[axis + 1:])))  # (B, 16, Q)
   left = jnp.broadcast_to(jnp.asarray(matrix.T, m.dtype), (runs.shape[0], BLOCK_SIZE, BLOCK_SIZE))  # (B, j, i)
-  y = jax.lax.dot_general(left, runs, (((2,), (1,)), ((0,), (0,))), preferred_element_type=jnp.float32, **kwargs)
+  y = jax.lax.dot_general(left, runs, (((2,), (1,)), ((0,), (0,))), preferred_element_type=out_dtype, **kwargs)
   return y.reshape(x.shape)
 
 
@@ -69,11 +68,24 @@ def rht(x: jax.Array, axis: int = -1, signs: np.ndarray = RHT_SIGNS) -> jax.Arra
   Returns:
     bfloat16 array of x's shape (round-to-nearest-even of the f32 result).
   """
-  y = _apply_runs(x, rht_matrix(signs), axis)
-  # An exact-zero sum is +0 in TE's MMA (its accumulator starts at +0 and +0 + -0 = +0), whatever the
-  # signs of the zero terms.
-  # The bf16 rounding is explicit (formats.round_to): XLA's GPU compiler would drop it where the result is widened.
-  return formats.round_to(jnp.where(y == 0, np.float32(0.0), y), jnp.bfloat16).astype(jnp.bfloat16)
+  matrix = rht_matrix(signs)
+  # bf16 input (TE's case): the dot writes bf16 itself, rounding its f32 sums once (a GPU GEMM's epilogue), so no f32
+  # copy of the operand is written out and read back. Other input: the f32 sums, rounded to bf16 afterwards.
+  y = (_apply_runs(x, matrix, axis, jnp.bfloat16) if x.dtype == jnp.bfloat16
+       else _apply_runs(x, matrix, axis).astype(jnp.bfloat16))
+  return _positive_zero(y)
+
+
+def _positive_zero(y: jax.Array) -> jax.Array:
+  """bf16 y with every zero +0: an exact-zero sum is +0 in TE's MMA (its accumulator starts at +0 and +0 + -0 = +0),
+  whatever the signs of the zero terms. On the bits, with no compare: the sign bit is kept where the magnitude bits
+  are nonzero (magnitude + 0x7FFF carries into bit 15 exactly then). Why bits: `where(y == 0, 0, y)` made XLA's GPU
+  compiler write the compare out as a full-size mask for the RHT's two consumers; and a bf16 made by a bitcast has
+  no narrowing cast for the GPU compiler to drop (formats.round_to), so consumers widen exact bf16 values."""
+  bits = jax.lax.bitcast_convert_type(y, jnp.uint16)
+  magnitude = bits & np.uint16(0x7FFF)
+  keep_sign = (magnitude + np.uint16(0x7FFF)) & np.uint16(0x8000)
+  return jax.lax.bitcast_convert_type(bits & (np.uint16(0x7FFF) | keep_sign), jnp.bfloat16)
 
 
 def inverse_rht(y: jax.Array) -> jax.Array:

@@ -18,6 +18,15 @@ def test_matrix_is_te_signs_times_sylvester_over_four():
   np.testing.assert_array_equal(r * 4, np.diag(hadamard.RHT_SIGNS) @ scipy.linalg.hadamard(16))
 
 
+def test_zeros_come_out_positive_and_nothing_else_changes():
+  """TE's MMA writes an exact-zero sum as +0; rht clears the sign of zeros on the bits (hadamard._positive_zero).
+  XLA:CPU's dot never makes -0 here, so the helper is checked on its own: -0 -> +0, every other bf16 pattern kept."""
+  bits = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
+  got = np.asarray(jax.jit(hadamard._positive_zero)(bits.view(ml_dtypes.bfloat16))).view(np.uint16)  # pylint: disable=protected-access
+  want = np.where(bits == 0x8000, np.uint16(0), bits)
+  np.testing.assert_array_equal(got, want)
+
+
 def test_equals_the_f32_dense_product_bit_for_bit():
   x = np.asarray(jax.random.normal(jax.random.key(0), (64, 256), jnp.bfloat16))
   dense = (x.astype(np.float32).reshape(64, 16, 16) @ hadamard.rht_matrix()).reshape(64, 256)
