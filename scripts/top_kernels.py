@@ -3,7 +3,7 @@
 broken down to its kernels, each attributed to the jax op that writes its largest output (kernels._output_scope).
 
   .venv-gpu/bin/python scripts/top_kernels.py CONFIG.yml key=value ... --target gb300 --devices 4 [--top 25]
-      [--group elementwise] [--json OUT.json]
+      [--group elementwise] [--json OUT.json] [--hlo OUT.hlo]
 
 Prints the `--top` kernels of one group of the prediction ("elementwise" by default: fusions, copies, reductions,
 quantization) by predicted milliseconds per step, with their bytes per run, runs per step and op_name (the jax name
@@ -40,6 +40,8 @@ def main(argv: list[str]) -> None:
   parser.add_argument("--top", type=int, default=25)
   parser.add_argument("--group", default="elementwise")
   parser.add_argument("--json", type=pathlib.Path)
+  parser.add_argument("--hlo", type=pathlib.Path, help="also write the compiled program's HLO text here (to read a "
+                      "kernel's fused computation by the name this table prints)")
   args = parser.parse_args(argv)
 
   # pylint: disable=import-outside-toplevel  # jax, maxtext and TE: after the arguments hold (seconds)
@@ -53,7 +55,10 @@ def main(argv: list[str]) -> None:
   with environment.answering(library.target_environment(args.target, args.devices)):
     config = library.load_config(args.config, args.overrides, args.devices)
     compiled = library.compile_step(config, args.target, args.devices, "this run")
-  found = kernels.kernels(compiled.as_text())
+  text = compiled.as_text()
+  if args.hlo:
+    args.hlo.write_text(text)
+  found = kernels.kernels(text)
   peaks, widths = TARGETS[args.target].peaks, shapes.mlp_widths(config)
   rows = []
   for k in found:
@@ -67,7 +72,7 @@ def main(argv: list[str]) -> None:
   print(f"{args.group}: {total:.1f} ms per step in {len(rows)} kernels ({args.devices} x {TARGETS[args.target].name})")
   print(f"{'ms/step':>8} {'MB/run':>8} {'runs':>5}  op_name (last parts)")
   for r in rows[:args.top]:
-    print(f"{r['ms_per_step']:8.2f} {r['bytes'] / 1e6:8.1f} {r['runs']:5d}  {_tail(r['op_name'])}")
+    print(f"{r['ms_per_step']:8.2f} {r['bytes'] / 1e6:8.1f} {r['runs']:5d}  {r['name']}  {_tail(r['op_name'])}")
   by_op: dict[str, float] = collections.defaultdict(float)
   for r in rows:
     by_op[r["op_name"].split("/")[-1] or r["opcode"]] += r["ms_per_step"]

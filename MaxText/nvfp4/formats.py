@@ -119,13 +119,38 @@ def next_multiple(value: int, multiple: int = BLOCK_SIZE) -> int:
   return -(-value // multiple) * multiple
 
 
+_UINT_OF_WIDTH = {1: np.uint8, 2: np.uint16, 4: np.uint32}
+
+
+def anchored(value: Any, like: jnp.ndarray) -> jnp.ndarray:
+  """`value` (a constant, or an array) with `like`'s first element made one of its inputs: that element's bits and-ed
+  with 0, or-ed into value's bits. The same value bit for bit (NaN and -0 included), but data to JAX.
+
+  Why: under scan_layers, JAX's partial evaluation of the layer loop (for the gradient) computes everything that
+  depends on no loop input once, outside the loop, and passes it in. A full-size `jnp.where(p, 2.0, ...)` branch, a
+  `zeros`, an `iota` or a constant broadcast against an operand in the quantizer then becomes an array of the
+  operand's size per constant, made before the loop and read by every layer (measured on the 8B recipe for 4 x GB300,
+  fused backend: about 10 GB per GPU). An anchored scalar, broadcast, stays in the layer's own kernels, where XLA
+  folds the `& 0` away and a broadcast costs nothing. Anchor a constant before it is broadcast, never after.
+  """
+  value = jnp.asarray(value)
+  if like.size == 0:
+    return value
+  first = like.reshape(-1)[0]
+  if not jnp.issubdtype(first.dtype, jnp.integer):
+    first = jax.lax.bitcast_convert_type(first, _UINT_OF_WIDTH[first.dtype.itemsize])
+  uint = _UINT_OF_WIDTH[value.dtype.itemsize]
+  zero = (first & first.dtype.type(0)).astype(uint)
+  return jax.lax.bitcast_convert_type(jax.lax.bitcast_convert_type(value, uint) | zero, value.dtype)
+
+
 def fmin_flt_max(v: jnp.ndarray) -> jnp.ndarray:
   """CUDA's fminf(v, FLT_MAX): clamps +inf to FLT_MAX and, like fminf, turns NaN into FLT_MAX.
 
   The NaN behaviour is why a NaN block yields the largest block scale (448) in TE's kernels instead of a
   NaN scale, which e4m3fn could store but no GEMM could use.
   """
-  return jnp.where(jnp.isnan(v), FLT_MAX, jnp.minimum(v, FLT_MAX))
+  return jnp.where(jnp.isnan(v), anchored(FLT_MAX, v), jnp.minimum(v, FLT_MAX))
 
 
 def round_to(v: jnp.ndarray, dtype: Any) -> jnp.ndarray:
@@ -157,7 +182,9 @@ def divide(a: jnp.ndarray, b: jnp.ndarray) -> jnp.ndarray:
   (docs/numerics.md#on-a-gpu). XLA:CPU divides exactly, so there `a / b` is kept (no cost to the CPU emulation);
   elsewhere `_divide_exactly` runs.
   """
-  a, b = jnp.broadcast_arrays(jnp.asarray(a, jnp.float32), jnp.asarray(b, jnp.float32))
+  a = anchored(jnp.asarray(a, jnp.float32), jnp.asarray(b))  # a constant over an operand (1 / s): see `anchored`
+  b = anchored(jnp.asarray(b, jnp.float32), a)
+  a, b = jnp.broadcast_arrays(a, b)
   return jax.lax.platform_dependent(a, b, cpu=jnp.divide, default=_divide_exactly)
 
 
@@ -175,8 +202,9 @@ def _divide_exactly(a: jnp.ndarray, b: jnp.ndarray) -> jnp.ndarray:
   mb = ((bbits & np.uint32(0x7FFFFF)) | np.uint32(0x800000)).astype(jnp.int32)
   below = ma < mb  # A / B in (0.5, 1): the significand takes one more bit, the exponent one less
   exponent = ea - eb + 127 - below.astype(jnp.int32)  # the quotient's biased exponent
-  k = jnp.where(below, 24, 23)  # Q = RN(A * 2**k / B) lies in [2**23, 2**24]
-  estimate = ma.astype(jnp.float32) / mb.astype(jnp.float32) * jnp.where(below, np.float32(2.0**24), np.float32(2.0**23))
+  below_01 = below.astype(jnp.int32)  # arithmetic on the flag, not where(below, constants): see `anchored`
+  k = 23 + below_01  # Q = RN(A * 2**k / B) lies in [2**23, 2**24]
+  estimate = ma.astype(jnp.float32) / mb.astype(jnp.float32) * (np.float32(2.0**23) * (1 + below_01).astype(jnp.float32))
   q0 = jnp.round(estimate).astype(jnp.int32)
   # A * 2**k in base 2**24 (two limbs; the high one is A >> (24 - k)), and Q0 * B likewise, from 12-bit
   # halves whose products are below 2**24: the difference of the two is small (at most 3.5 B), so int32 holds it.
@@ -191,7 +219,7 @@ def _divide_exactly(a: jnp.ndarray, b: jnp.ndarray) -> jnp.ndarray:
   # Q = Q0 + d, d the integer nearest rem / B (|d| <= 3): floor((2 rem + B) / 2B) rounds halves up; a tie goes to
   # the even Q.
   d = jnp.floor_divide(2 * rem + mb, 2 * mb)
-  tie = jnp.remainder(2 * rem + mb, 2 * mb) == 0
+  tie = jax.lax.rem(2 * rem + mb, 2 * mb) == 0  # zero iff the floored remainder is; jnp.remainder broadcasts a 1
   best = q0 + d - (tie & (((q0 + d) & 1) == 1)).astype(jnp.int32)
   # Q == 2**24 (a carry) is the next binade's 2**23: adding it to the exponent field does exactly that.
   bits = (exponent.astype(jnp.uint32) << 23) + (best.astype(jnp.uint32) - np.uint32(0x800000))
@@ -216,13 +244,14 @@ def to_e4m3_satfinite(v: jnp.ndarray) -> jnp.ndarray:
 
 def e2m1_grid_step(a: jnp.ndarray) -> jnp.ndarray:
   """Spacing of the E2M1 grid at magnitude a: 0.5 below 2, 1 in [2, 4), 2 from 4 on (float32)."""
-  return jnp.where(a >= 4.0, np.float32(2.0), jnp.where(a >= 2.0, np.float32(1.0), np.float32(0.5)))
+  # Arithmetic on the two flags rather than where(flag, constant, ...): see `anchored`. Every term is exact.
+  return np.float32(0.5) + np.float32(0.5) * (a >= 2.0).astype(jnp.float32) + (a >= 4.0).astype(jnp.float32)
 
 
 def e2m1_grid_inverse_step(a: jnp.ndarray) -> jnp.ndarray:
   """1 / e2m1_grid_step(a), exact: dividing by the step is a multiply, never a division (a GPU's fast division is
   not always exact, see `divide`)."""
-  return jnp.where(a >= 4.0, np.float32(0.5), jnp.where(a >= 2.0, np.float32(1.0), np.float32(2.0)))
+  return np.float32(2.0) - (a >= 2.0).astype(jnp.float32) - np.float32(0.5) * (a >= 4.0).astype(jnp.float32)
 
 
 def round_to_e2m1_grid(y: jnp.ndarray) -> jnp.ndarray:
@@ -239,7 +268,7 @@ def round_to_e2m1_grid(y: jnp.ndarray) -> jnp.ndarray:
   a = jnp.minimum(jnp.abs(y), E2M1_MAX)
   step = e2m1_grid_step(a)
   q = jnp.round(a * e2m1_grid_inverse_step(a)) * step  # jnp.round: half to even
-  return jnp.where(jnp.isnan(y), E2M1_MAX, jnp.copysign(q, y))
+  return jnp.where(jnp.isnan(y), anchored(E2M1_MAX, y), jnp.copysign(q, y))
 
 
 def e2m1_neighbours(y: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray, jnp.ndarray]:
@@ -278,10 +307,11 @@ def e2m1_codes(y: jnp.ndarray) -> jnp.ndarray:
   written negated (not a <= t) so that NaN, which fails every compare, passes every boundary and gets code 7.
   """
   a = jnp.abs(y)
-  code = jnp.zeros(y.shape, jnp.uint8)
+  code = None  # the first boundary's flag starts the count (jnp.zeros would be a constant: see `anchored`)
   for t, side in _E2M1_BOUNDARIES:
     stays = (a <= np.float32(t)) if side == "le" else (a < np.float32(t))
-    code = code + jnp.logical_not(stays).astype(jnp.uint8)
+    passed = jnp.logical_not(stays).astype(jnp.uint8)
+    code = passed if code is None else code + passed
   negative = jnp.signbit(y) & jnp.logical_not(jnp.isnan(y))
   return code | (negative.astype(jnp.uint8) << 3)
 

@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.linalg
 
+from MaxText.nvfp4 import formats
 from MaxText.nvfp4.formats import BLOCK_SIZE
 
 #: TE's fixed random signs (not re-drawn per step, shared by all layers).
@@ -52,7 +53,8 @@ def _apply_runs(x: jax.Array, matrix: np.ndarray, axis: int = -1, out_dtype: jnp
     y = jnp.einsum("...i,ij->...j", runs, m, preferred_element_type=out_dtype, **kwargs)
     return y.reshape(x.shape)
   runs = x.reshape(-1, BLOCK_SIZE, int(np.prod(x.shape[axis + 1:])))  # (B, 16, Q)
-  left = jnp.broadcast_to(jnp.asarray(matrix.T, m.dtype), (runs.shape[0], BLOCK_SIZE, BLOCK_SIZE))  # (B, j, i)
+  # (B, j, i); anchored to x (formats.anchored): a broadcast of a constant would be made outside a scanned layer loop
+  left = jnp.broadcast_to(formats.anchored(np.asarray(matrix.T, m.dtype), x), (runs.shape[0], BLOCK_SIZE, BLOCK_SIZE))
   y = jax.lax.dot_general(left, runs, (((2,), (1,)), ((0,), (0,))), preferred_element_type=out_dtype, **kwargs)
   return y.reshape(x.shape)
 

@@ -40,6 +40,7 @@ from MaxText.nvfp4.formats import (
   FLT_MAX,
   ONE_SIXTH,
   TENSOR_SCALE_RANGE,
+  anchored,
   divide,
   e2m1_codes,
   fmin_flt_max,
@@ -134,7 +135,7 @@ def block_amax(blocks: jax.Array, axes: tuple[int, ...]) -> tuple[jax.Array, jax
   GEMM operand forms mark it non-finite), the second the global amax (`global_amax`). Why not a global max that
   branches on NaN (lax.cond): a data-dependent conditional is a fusion barrier and a host round trip on a GPU."""
   bits, inf_bits = _abs_bits(blocks)
-  finite = jnp.where(bits > inf_bits, jnp.zeros_like(bits), bits)
+  finite = jnp.where(bits > inf_bits, bits & bits.dtype.type(0), bits)  # not zeros_like: formats.anchored
   return (_from_abs_bits(jnp.max(bits, axis=axes, keepdims=True), blocks.dtype),
           _from_abs_bits(jnp.max(finite, axis=axes, keepdims=True), blocks.dtype))
 
@@ -306,7 +307,7 @@ def _block_scaled(x: jax.Array, key: jax.Array | None, *, scaling: Scaling, rht:
   lowered again at every call. XLA inlines the call, so the compiled program is the same."""
   q, s8, bamax, amax = _rounded(x, key, scaling, rht, axis)
   # NaN/Inf blocks: bamax is NaN or inf exactly then (block_amax propagates NaN). Per block, so nearly free.
-  block_scale = jnp.where(jnp.isfinite(bamax), s8.astype(jnp.float32), np.float32(np.nan))
+  block_scale = jnp.where(jnp.isfinite(bamax), s8.astype(jnp.float32), anchored(np.float32(np.nan), bamax))
   return (q * block_scale).astype(jnp.bfloat16).reshape(x.shape), amax
 
 
@@ -363,7 +364,7 @@ def _codes(x: jax.Array, key: jax.Array | None, *, scaling: Scaling, rht: bool, 
            ) -> tuple[jax.Array, jax.Array, jax.Array]:
   """quantize_codes after its checks, jitted for the reason `_block_scaled` is."""
   q, s8, bamax, amax = _rounded(x, key, scaling, rht, axis)
-  scales = jnp.where(jnp.isfinite(bamax), s8.astype(jnp.float32), np.float32(np.nan)).astype(s8.dtype)
+  scales = jnp.where(jnp.isfinite(bamax), s8.astype(jnp.float32), anchored(np.float32(np.nan), bamax)).astype(s8.dtype)
   m, n = x.shape
   compact = (m, n // BLOCK_SIZE) if (scaling is Scaling.ONE_D and axis == 1) else (
       (m // BLOCK_SIZE, n) if scaling is Scaling.ONE_D else (m // BLOCK_SIZE, n // BLOCK_SIZE))

@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from MaxText.nvfp4.formats import E2M1_MAX, e2m1_grid_inverse_step, e2m1_grid_step
+from MaxText.nvfp4.formats import E2M1_MAX, anchored, e2m1_grid_inverse_step, e2m1_grid_step
 
 #: Random bits per element: TE consumes 8 (a uniform in {0, 1/256, ..., 255/256}).
 RANDOM_BITS = 8
@@ -42,10 +42,14 @@ def random_bits(key: jax.Array, shape: tuple[int, ...], axis_order: tuple[int, .
   draws exactly the bits of its transpose quantized along the last axis. None: the identity order.
   """
   seed = jax.random.bits(key, (2,), jnp.uint32)
-  index = jnp.zeros(shape, jnp.uint32)
+  # Each axis's index is a 1D iota plus the seed's bits and-ed with 0, then broadcast: the same index, but data to JAX
+  # (formats.anchored: a full-size iota is computed outside a scanned layer loop and read by every layer).
+  zero = seed[0] & np.uint32(0)
+  index = jnp.broadcast_to(zero, shape)
   stride = 1
   for axis in reversed(axis_order if axis_order is not None else range(len(shape))):
-    index = index + jax.lax.broadcasted_iota(jnp.uint32, shape, axis) * np.uint32(stride % (1 << 32))
+    along = (jax.lax.iota(jnp.uint32, shape[axis]) + zero) * np.uint32(stride % (1 << 32))
+    index = index + jax.lax.broadcast_in_dim(along, shape, (axis,))
     stride *= shape[axis]
   return (_mix32(_mix32(index ^ seed[0]) + seed[1]) >> 24).astype(jnp.uint8)
 
@@ -71,4 +75,4 @@ def stochastic_round_to_grid(y: jax.Array, bits: jax.Array) -> jax.Array:
   # TE rounds down on the grid at t (step(t)); a carry into the next binade only reaches its first point
   # (2 or 4), which floor(t / step(a)) * step(a) also gives, so one step serves both. /step is a multiply, exact.
   q = jnp.minimum(jnp.floor(t * e2m1_grid_inverse_step(a)) * step, E2M1_MAX)
-  return jnp.where(jnp.isnan(y), E2M1_MAX, jnp.copysign(q, y))
+  return jnp.where(jnp.isnan(y), anchored(E2M1_MAX, y), jnp.copysign(q, y))
