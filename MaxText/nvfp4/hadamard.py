@@ -73,21 +73,10 @@ def rht(x: jax.Array, axis: int = -1, signs: np.ndarray = RHT_SIGNS) -> jax.Arra
   matrix = rht_matrix(signs)
   # bf16 input (TE's case): the dot writes bf16 itself, rounding its f32 sums once (a GPU GEMM's epilogue), so no f32
   # copy of the operand is written out and read back. Other input: the f32 sums, rounded to bf16 afterwards.
-  y = (_apply_runs(x, matrix, axis, jnp.bfloat16) if x.dtype == jnp.bfloat16
-       else _apply_runs(x, matrix, axis).astype(jnp.bfloat16))
-  return _positive_zero(y)
-
-
-def _positive_zero(y: jax.Array) -> jax.Array:
-  """bf16 y with every zero +0: an exact-zero sum is +0 in TE's MMA (its accumulator starts at +0 and +0 + -0 = +0),
-  whatever the signs of the zero terms. On the bits, with no compare: the sign bit is kept where the magnitude bits
-  are nonzero (magnitude + 0x7FFF carries into bit 15 exactly then). Why bits: `where(y == 0, 0, y)` made XLA's GPU
-  compiler write the compare out as a full-size mask for the RHT's two consumers; and a bf16 made by a bitcast has
-  no narrowing cast for the GPU compiler to drop (formats.round_to), so consumers widen exact bf16 values."""
-  bits = jax.lax.bitcast_convert_type(y, jnp.uint16)
-  magnitude = bits & np.uint16(0x7FFF)
-  keep_sign = (magnitude + np.uint16(0x7FFF)) & np.uint16(0x8000)
-  return jax.lax.bitcast_convert_type(bits & (np.uint16(0x7FFF) | keep_sign), jnp.bfloat16)
+  # An exact-zero sum is +0, as in TE's MMA (its accumulator starts at +0, and +0 + -0 = +0), whatever the signs of
+  # the zero terms: a dot's accumulation starts at +0 too, on every backend, so no pass of its own restores the sign.
+  return (_apply_runs(x, matrix, axis, jnp.bfloat16) if x.dtype == jnp.bfloat16
+          else _apply_runs(x, matrix, axis).astype(jnp.bfloat16))
 
 
 def inverse_rht(y: jax.Array) -> jax.Array:

@@ -18,13 +18,16 @@ def test_matrix_is_te_signs_times_sylvester_over_four():
   np.testing.assert_array_equal(r * 4, np.diag(hadamard.RHT_SIGNS) @ scipy.linalg.hadamard(16))
 
 
-def test_zeros_come_out_positive_and_nothing_else_changes():
-  """TE's MMA writes an exact-zero sum as +0; rht clears the sign of zeros on the bits (hadamard._positive_zero).
-  XLA:CPU's dot never makes -0 here, so the helper is checked on its own: -0 -> +0, every other bf16 pattern kept."""
-  bits = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
-  got = np.asarray(jax.jit(hadamard._positive_zero)(bits.view(ml_dtypes.bfloat16))).view(np.uint16)  # pylint: disable=protected-access
-  want = np.where(bits == 0x8000, np.uint16(0), bits)
-  np.testing.assert_array_equal(got, want)
+@pytest.mark.parametrize("axis", [0, 1])
+def test_an_exact_zero_sum_is_positive_zero(axis):
+  """TE's MMA writes an exact-zero sum as +0 whatever the signs of its zero terms. The hardest case: every product
+  x_i * R_ij is -0 (x_i = -0 where R_ij > 0, +0 where R_ij < 0), for each output j of a run in turn."""
+  r = hadamard.rht_matrix()
+  runs = np.where(r.T > 0, -0.0, 0.0).astype(ml_dtypes.bfloat16)  # row j: the zeros whose products with R[:, j] are -0
+  x = runs.reshape(1, 256) if axis == 1 else np.ascontiguousarray(runs.T)  # axis 0: run j is column j
+  y = np.asarray(jax.jit(lambda x: hadamard.rht(x, axis))(x)).astype(np.float32)
+  assert not np.signbit(y).any()
+  assert not np.any(y)
 
 
 def test_equals_the_f32_dense_product_bit_for_bit():
