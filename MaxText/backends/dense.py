@@ -10,7 +10,7 @@ import flax.linen as nn
 from MaxText.backends import environment, te
 from MaxText.backends.emulated import Nvfp4DotGeneral, UnquantizedDotGeneral
 from MaxText.backends.te_gemm import te_block_scaled_gemm
-from MaxText.nvfp4.gemm import BlockScaledGemm, Product, scaled_matmul_gemm
+from MaxText.nvfp4.gemm import BlockScaledGemm, scaled_matmul_gemm
 from MaxText.precision.modes import Backend
 from MaxText.precision.policy import Precision
 from MaxText.precision.settings import Settings
@@ -35,8 +35,7 @@ def module_class(precision: Precision, backend: Backend, settings: Settings) -> 
     return te.dot_general_cls(precision, settings)
   if precision is Precision.NVFP4:
     if backend is Backend.FUSED:
-      return functools.partial(Nvfp4DotGeneral, settings=settings, product=Product.BLOCK_SCALED,
-                               block_gemm=fused_gemm()[0])
+      return functools.partial(Nvfp4DotGeneral, settings=settings, block_gemm=fused_gemm()[0])
     return functools.partial(Nvfp4DotGeneral, settings=settings)
   return nn.Fp8DirectDotGeneralOp  # maxtext's own fp8 (delayed scaling), as quantization=fp8 uses
 

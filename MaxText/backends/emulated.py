@@ -18,15 +18,7 @@ from MaxText.backends import pipeline
 from MaxText.backends.sr import sr_key
 from MaxText.backends.stages import Core
 from MaxText.nvfp4 import audit
-from MaxText.nvfp4.gemm import (
-    BlockScaledGemm,
-    DimensionNumbers,
-    GemmRecipe,
-    Product,
-    nvfp4_dot_general,
-    nvfp4_matmul,
-    scaled_matmul_gemm,
-)
+from MaxText.nvfp4.gemm import BlockScaledGemm, DimensionNumbers, GemmRecipe, nvfp4_dot_general, nvfp4_matmul
 from MaxText.precision.settings import Settings
 
 __all__ = ["DotGeneralModule", "Nvfp4DotGeneral", "UnquantizedDotGeneral", "core", "unquantized"]
@@ -45,24 +37,24 @@ def unquantized(dimension_numbers: Any, out_dtype: Any = None) -> Any:
 
 
 def core(lhs: jax.Array, rhs: jax.Array, dimension_numbers: DimensionNumbers, recipe: GemmRecipe,
-         product: Product = Product.DEQUANTIZED, block_gemm: BlockScaledGemm = scaled_matmul_gemm) -> Core:
+         block_gemm: BlockScaledGemm | None = None) -> Core:
   """The pure-JAX NVFP4 GEMM of lhs . rhs as the pipeline's core; its `extra` is the stochastic-rounding key. Its VJP
   parts are the numerics' own (Nvfp4Matmul), so after the forward-only switch only the BF16 forward GEMM runs.
-  `product`: the emulated backend's dot on dequantized operands, or the fused backend's block-scaled GEMM
-  (`block_gemm`)."""
-  parts = nvfp4_matmul(lhs, rhs, dimension_numbers, recipe, product, block_gemm)
+  `block_gemm`: None for the emulated backend's dot on dequantized operands, or the fused backend's block-scaled
+  GEMM."""
+  parts = nvfp4_matmul(lhs, rhs, dimension_numbers, recipe, block_gemm)
   return Core(call=lambda left, right, key: nvfp4_dot_general(left, right, dimension_numbers, key=key, recipe=recipe,
-                                                              product=product, block_gemm=block_gemm),
+                                                              block_gemm=block_gemm),
               residuals=parts.residuals, fprop=parts.fprop, backward=parts.backward)
 
 
 class Nvfp4DotGeneral(nn.Module):
   """Pure-JAX NVFP4 GEMM (MaxText.nvfp4.gemm) for one DenseGeneral, through the pipeline: the emulated backend's
-  (product DEQUANTIZED) or the fused backend's (BLOCK_SCALED: codes and scales into jax.nn.scaled_matmul)."""
+  (block_gemm None: a dot on dequantized operands) or the fused backend's (codes and scales into a block-scaled
+  GEMM: TE's on Blackwell, jax.nn.scaled_matmul elsewhere)."""
 
   settings: Settings
-  product: Product = Product.DEQUANTIZED
-  block_gemm: BlockScaledGemm = scaled_matmul_gemm
+  block_gemm: BlockScaledGemm | None = None
 
   @nn.compact
   def __call__(self, lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None):
@@ -72,7 +64,7 @@ class Nvfp4DotGeneral(nn.Module):
     state, sinks = pipeline.stages_of(self, self.settings, guard=False, candidate=audit.emulated)
     bf16 = unquantized(dimension_numbers)
     def nvfp4_core(left, right):
-      return core(left, right, dimension_numbers, recipe, self.product, self.block_gemm)
+      return core(left, right, dimension_numbers, recipe, self.block_gemm)
 
     gemm = pipeline.assembled(state, nvfp4_core, bf16, dimension_numbers)
     return gemm(lhs, rhs, (key, sinks))

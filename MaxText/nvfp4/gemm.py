@@ -23,7 +23,6 @@ those parts; the numerics hold no training policy of their own.
 """
 
 import dataclasses
-import enum
 import functools
 from collections.abc import Callable
 
@@ -76,20 +75,6 @@ class BlockScaled:
   amax: jax.Array  # float32 scalar
 
 
-class Product(enum.Enum):
-  """How a GEMM multiplies its quantized operands (the quantization is the same either way, bit for bit).
-
-  DEQUANTIZED: each operand as bf16 values (e2m1 * e4m3 scale, exact) and an f32-accumulated dot: the emulated
-    backend, on any hardware.
-  BLOCK_SCALED: each operand as E2M1 codes and E4M3 block scales (`BlockCodes`), multiplied by
-    `jax.nn.scaled_matmul`: NVIDIA's block-scaled NVFP4 GEMM (cuDNN) where XLA has one, and a dequantize + f32 dot
-    elsewhere (CPU, Hopper), which is the same f32 dot of the same exact values. The fused backend.
-  """
-
-  DEQUANTIZED = "dequantized"
-  BLOCK_SCALED = "block_scaled"
-
-
 Quantized = BlockScaled | BlockCodes
 
 #: A block-scaled GEMM: (a, the axis of a it contracts, b, the axis of b it contracts, the output dtype) -> the product
@@ -110,9 +95,11 @@ def scaled_matmul_gemm(a: BlockCodes, a_axis: int, b: BlockCodes, b_axis: int, o
 
 def _quantized(
     x: jax.Array, scaling: Scaling, rht: bool = False, key: jax.Array | None = None, axis: int = -1,
-    product: Product = Product.DEQUANTIZED,
+    block_gemm: BlockScaledGemm | None = None,
 ) -> Quantized:
-  if product is Product.BLOCK_SCALED:
+  """x quantized as the GEMM that multiplies it takes it: codes and scales for a block-scaled GEMM, else bf16 values
+  (e2m1 * e4m3 scale, exact) for the dot on dequantized operands. The same quantization either way, bit for bit."""
+  if block_gemm is not None:
     return quantize_codes(x, scaling, rht=rht, stochastic_rounding=key is not None, key=key, axis=axis)
   values, amax = quantize_block_scaled(x, scaling, rht=rht, stochastic_rounding=key is not None, key=key,
                                        axis=axis)
@@ -120,7 +107,7 @@ def _quantized(
 
 
 def _product(a: Quantized, b: Quantized, contracting: tuple[int, int], fmt: BlockFormat, out_dtype: jnp.dtype,
-             block_gemm: BlockScaledGemm = scaled_matmul_gemm) -> jax.Array:
+             block_gemm: BlockScaledGemm | None) -> jax.Array:
   """a . b contracting axis contracting[0] of a with contracting[1] of b: f32 dot times alpha, as `out_dtype`.
 
   alpha = amax_a/2688 * amax_b/2688. The operands are bf16 and exact, their products exact in f32, and the dot
@@ -128,7 +115,7 @@ def _product(a: Quantized, b: Quantized, contracting: tuple[int, int], fmt: Bloc
   dot of the same values at Precision.HIGHEST, at bf16 matmul speed. Codes and scales (`BlockCodes`) go to a
   block-scaled GEMM instead (`block_gemm`: a's free axis first, then b's, as dot_general orders them).
   """
-  if isinstance(a, BlockCodes) and isinstance(b, BlockCodes):
+  if block_gemm is not None:
     return block_gemm(a, contracting[0], b, contracting[1], out_dtype)
   alpha = divide(a.amax, fmt.tensor_scale_range) * divide(b.amax, fmt.tensor_scale_range)
   dot = jax.lax.dot_general(a.values, b.values, (((contracting[0],), (contracting[1],)), ((), ())),
@@ -176,15 +163,15 @@ _Residuals = tuple[Quantized, Quantized, jax.Array | None]
 
 
 def _fprop_nvfp4(x: jax.Array, wq_dgrad: Quantized | None, w: jax.Array, recipe: GemmRecipe,
-                 product: Product, block_gemm: BlockScaledGemm) -> jax.Array:
+                 block_gemm: BlockScaledGemm | None) -> jax.Array:
   """y = x . W on NVFP4 operands: x 1D along K; W the dgrad copy's 2D tiles (quantized here when `wq_dgrad` is
   None), or 1D along K."""
-  xq = _quantized(x, Scaling.ONE_D, product=product)  # (M, K) along K
+  xq = _quantized(x, Scaling.ONE_D, block_gemm=block_gemm)  # (M, K) along K
   # 2D: the tiles serve both orientations, so the forward sees the same weight as dgrad.
   if recipe.weight_2d:
-    wq_fprop = _quantized(w, Scaling.TWO_D, product=product) if wq_dgrad is None else wq_dgrad
+    wq_fprop = _quantized(w, Scaling.TWO_D, block_gemm=block_gemm) if wq_dgrad is None else wq_dgrad
   else:
-    wq_fprop = _quantized(w, Scaling.ONE_D, axis=0, product=product)  # (K, N) along K
+    wq_fprop = _quantized(w, Scaling.ONE_D, axis=0, block_gemm=block_gemm)  # (K, N) along K
   return _product(xq, wq_fprop, (1, 0), recipe.format, x.dtype, block_gemm)
 
 
@@ -200,20 +187,21 @@ class Nvfp4Matmul:
 
   layout: _Layout
   recipe: GemmRecipe
-  product: Product = Product.DEQUANTIZED
-  block_gemm: BlockScaledGemm = scaled_matmul_gemm  # Product.BLOCK_SCALED's GEMM
+  # None: the emulated backend's f32-accumulated dot on dequantized bf16 operands (any hardware); a block-scaled GEMM
+  # (BlockScaledGemm: jax.nn.scaled_matmul, TE's): the fused backend's, on codes and scales. The same quantization.
+  block_gemm: BlockScaledGemm | None = None
 
   def residuals(self, lhs: jax.Array, rhs: jax.Array, key: jax.Array | None) -> _Residuals:
     x, w = self.layout.matrices(lhs, rhs)
     wq_dgrad = _quantized(w, Scaling.TWO_D if self.recipe.weight_2d else Scaling.ONE_D,
-                          product=self.product)  # (K, N): along N
+                          block_gemm=self.block_gemm)  # (K, N): along N
     xq_wgrad = _quantized(x, Scaling.ONE_D, rht=self.recipe.rht, axis=0,
-                          product=self.product)  # x^T along M: (M, K) blocked along 0
+                          block_gemm=self.block_gemm)  # x^T along M: (M, K) blocked along 0
     return checkpoint_name(xq_wgrad, QUANTIZATION_NAME), checkpoint_name(wq_dgrad, QUANTIZATION_NAME), key
 
   def fprop(self, lhs: jax.Array, rhs: jax.Array, residuals: _Residuals) -> jax.Array:
     x, w = self.layout.matrices(lhs, rhs)
-    return _fprop_nvfp4(x, residuals[1], w, self.recipe, self.product, self.block_gemm).reshape(self.layout.out_shape)
+    return _fprop_nvfp4(x, residuals[1], w, self.recipe, self.block_gemm).reshape(self.layout.out_shape)
 
   def forward(self, lhs: jax.Array, rhs: jax.Array) -> jax.Array:
     """fprop where no backward follows (a model's initialization, evaluation, the primal of the custom VJP): the
@@ -221,17 +209,17 @@ class Nvfp4Matmul:
     does not share it). Why: every operation traced costs trace and compile time; maxtext builds a model several
     times before it trains (abstract shapes, initialization), each build calling every GEMM once."""
     x, w = self.layout.matrices(lhs, rhs)
-    return _fprop_nvfp4(x, None, w, self.recipe, self.product, self.block_gemm).reshape(self.layout.out_shape)
+    return _fprop_nvfp4(x, None, w, self.recipe, self.block_gemm).reshape(self.layout.out_shape)
 
   def backward(self, residuals: _Residuals, dy: jax.Array) -> tuple[jax.Array, jax.Array]:
     """dY has y's dtype, which is lhs's, so dx takes dy.dtype; dW takes the kernel's dtype (f32 master weights)."""
     xq_wgrad, wq_dgrad, key = residuals
     dy = dy.reshape(-1, self.layout.n)  # (M, N)
     key_dgrad, key_wgrad = jax.random.split(key) if self.recipe.stochastic_rounding else (None, None)
-    dyq = _quantized(dy, Scaling.ONE_D, key=key_dgrad, product=self.product)  # (M, N) along N
+    dyq = _quantized(dy, Scaling.ONE_D, key=key_dgrad, block_gemm=self.block_gemm)  # (M, N) along N
     dx = _product(dyq, wq_dgrad, (1, 1), self.recipe.format, dy.dtype, self.block_gemm)  # (M, N) . (K, N)^T
     dyq_t = _quantized(dy, Scaling.ONE_D, rht=self.recipe.rht, key=key_wgrad, axis=0,
-                       product=self.product)  # dY^T along M, in place
+                       block_gemm=self.block_gemm)  # dY^T along M, in place
     # (M, K)^T . (M, N)
     dw = _product(xq_wgrad, dyq_t, (0, 0), self.recipe.format, self.layout.w_dtype, self.block_gemm)
     return self.layout.unmatrices(dx, dw)
@@ -290,8 +278,7 @@ def as_matrices(lhs: jax.Array, rhs: jax.Array, dimension_numbers: DimensionNumb
 
 
 def nvfp4_matmul(lhs: jax.Array, rhs: jax.Array, dimension_numbers: DimensionNumbers,
-                 recipe: GemmRecipe = GemmRecipe(), product: Product = Product.DEQUANTIZED,
-                 block_gemm: BlockScaledGemm = scaled_matmul_gemm) -> Nvfp4Matmul:
+                 recipe: GemmRecipe = GemmRecipe(), block_gemm: BlockScaledGemm | None = None) -> Nvfp4Matmul:
   """The NVFP4 GEMM of lhs . rhs as its VJP parts, after checking the dims (see nvfp4_dot_general)."""
   lhs_c, rhs_c, k = _check_dims(lhs, rhs, dimension_numbers, recipe.format.block_size)
   lhs_free = tuple(d for d in range(lhs.ndim) if d not in lhs_c)
@@ -299,7 +286,7 @@ def nvfp4_matmul(lhs: jax.Array, rhs: jax.Array, dimension_numbers: DimensionNum
   layout = _Layout(dimension_numbers=((lhs_c, rhs_c), ((), ())), lhs_shape=tuple(lhs.shape),
                    rhs_shape=tuple(rhs.shape), lhs_perm=lhs_free + lhs_c, rhs_perm=rhs_c + rhs_free, k=k,
                    w_dtype=jnp.dtype(rhs.dtype))
-  return Nvfp4Matmul(layout, recipe, product, block_gemm)
+  return Nvfp4Matmul(layout, recipe, block_gemm)
 
 
 def nvfp4_dot_general(
@@ -309,8 +296,7 @@ def nvfp4_dot_general(
     *,
     key: jax.Array | None,
     recipe: GemmRecipe = GemmRecipe(),
-    product: Product = Product.DEQUANTIZED,
-    block_gemm: BlockScaledGemm = scaled_matmul_gemm,
+    block_gemm: BlockScaledGemm | None = None,
 ) -> jax.Array:
   """`jax.lax.dot_general` for y = lhs . rhs with NVFP4 operands in fprop, dgrad and wgrad.
 
@@ -320,8 +306,9 @@ def nvfp4_dot_general(
     dimension_numbers: ((lhs_contracting, rhs_contracting), ((), ())), as DenseGeneral passes.
     key: PRNG key for the stochastic rounding of this call's output gradient (None only without SR).
     recipe: the recipe switches.
-    product: how the quantized operands are multiplied (the quantization is the same): `Product`.
-    block_gemm: the block-scaled GEMM of Product.BLOCK_SCALED (`BlockScaledGemm`).
+    block_gemm: how the quantized operands are multiplied (the quantization is the same): None for an f32 dot of
+      their dequantized bf16 values (the emulated backend), or a block-scaled GEMM on codes and scales
+      (`BlockScaledGemm`: `scaled_matmul_gemm`, TE's; the fused backend).
 
   Returns:
     lhs free dims + rhs free dims, as jax.lax.dot_general orders them.
@@ -330,7 +317,7 @@ def nvfp4_dot_general(
     NotImplementedError: batch dimensions.
     ValueError: M (product of lhs free dims), K or N not a multiple of 16; stochastic rounding without a key.
   """
-  gemm = nvfp4_matmul(lhs, rhs, dimension_numbers, recipe, product, block_gemm)
+  gemm = nvfp4_matmul(lhs, rhs, dimension_numbers, recipe, block_gemm)
   if recipe.stochastic_rounding and key is None:
     raise ValueError("nvfp4_dot_general: recipe.stochastic_rounding=True needs a PRNG key; got key=None.")
   return _matmul(lhs, rhs, key, gemm)

@@ -1,6 +1,6 @@
 # Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
-"""The fused backend's GEMM (Product.BLOCK_SCALED): codes and block scales into `jax.nn.scaled_matmul`, against the
-emulated backend's dot on dequantized operands (Product.DEQUANTIZED), which tests/nvfp4/gemm_test.py holds against
+"""The fused backend's GEMM (block_gemm=scaled_matmul_gemm): codes and block scales into `jax.nn.scaled_matmul`,
+against the emulated backend's dot on dequantized operands (block_gemm=None), which tests/nvfp4/gemm_test.py holds against
 the f32 reference. The quantization is shared (MaxText.nvfp4.quantize._rounded); what may differ is only the order
 of the f32 accumulation, and on XLA:CPU that is the same: measured bit for bit, and asserted so."""
 
@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from MaxText.nvfp4.gemm import GemmRecipe, Product, nvfp4_dot_general
+from MaxText.nvfp4.gemm import GemmRecipe, nvfp4_dot_general, scaled_matmul_gemm
 from MaxText.nvfp4.quantize import quantize_block_scaled, quantize_codes
 
 _KEY = jax.random.key(7)
@@ -32,8 +32,9 @@ def _operands(seed: int = 0):
 
 
 @functools.partial(jax.jit, static_argnums=(3, 4))
-def _vjp(x, w, dy, recipe, product):
-  y, pullback = jax.vjp(lambda x, w: nvfp4_dot_general(x, w, _DIMS, key=_KEY, recipe=recipe, product=product), x, w)
+def _vjp(x, w, dy, recipe, block_gemm):
+  y, pullback = jax.vjp(lambda x, w: nvfp4_dot_general(x, w, _DIMS, key=_KEY, recipe=recipe, block_gemm=block_gemm),
+                        x, w)
   return (y, *pullback(dy))
 
 
@@ -45,8 +46,8 @@ def _bits(a: jax.Array) -> np.ndarray:
 @pytest.mark.parametrize("recipe", list(_RECIPES))
 def test_the_block_scaled_gemm_equals_the_emulated_gemm(recipe):
   x, w, dy = _operands()
-  emulated = _vjp(x, w, dy, _RECIPES[recipe], Product.DEQUANTIZED)
-  fused = _vjp(x, w, dy, _RECIPES[recipe], Product.BLOCK_SCALED)
+  emulated = _vjp(x, w, dy, _RECIPES[recipe], None)
+  fused = _vjp(x, w, dy, _RECIPES[recipe], scaled_matmul_gemm)
   for name, a, b in zip(("y", "dx", "dW"), emulated, fused):
     assert a.dtype == b.dtype and np.array_equal(_bits(a), _bits(b)), name
 
@@ -82,8 +83,8 @@ def test_a_nonfinite_operand_is_nonfinite_in_every_gemm_it_enters(operand, bad):
   non-finite exactly where the emulated backend's are."""
   x, w, dy = _operands(1)
   x, w, dy = (t.at[(0,) * t.ndim].set(bad) if name == operand else t for name, t in (("x", x), ("w", w), ("dy", dy)))
-  emulated = _vjp(x, w, dy, _RECIPES["recipe"], Product.DEQUANTIZED)
-  fused = _vjp(x, w, dy, _RECIPES["recipe"], Product.BLOCK_SCALED)
+  emulated = _vjp(x, w, dy, _RECIPES["recipe"], None)
+  fused = _vjp(x, w, dy, _RECIPES["recipe"], scaled_matmul_gemm)
   hit = 0
   for name, a, b in zip(("y", "dx", "dW"), emulated, fused):
     finite_a, finite_b = np.isfinite(np.asarray(a, np.float32)), np.isfinite(np.asarray(b, np.float32))

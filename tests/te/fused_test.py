@@ -23,7 +23,7 @@ def test_tes_gemm_on_our_operands_equals_scaled_matmul(te, monkeypatch, recipe):
   import numpy as np  # pylint: disable=import-outside-toplevel
 
   from MaxText.backends.te_gemm import te_block_scaled_gemm  # pylint: disable=import-outside-toplevel
-  from MaxText.nvfp4.gemm import Product, nvfp4_dot_general, scaled_matmul_gemm  # pylint: disable=import-outside-toplevel
+  from MaxText.nvfp4.gemm import nvfp4_dot_general, scaled_matmul_gemm  # pylint: disable=import-outside-toplevel
 
   del te
   monkeypatch.setenv("NVTE_JAX_CUSTOM_CALLS", "GemmPrimitive=false")  # read by TE at each call
@@ -36,7 +36,7 @@ def test_tes_gemm_on_our_operands_equals_scaled_matmul(te, monkeypatch, recipe):
   @functools.partial(jax.jit, static_argnums=0)
   def vjp(gemm, x, w, dy):
     y, pullback = jax.vjp(lambda x, w: nvfp4_dot_general(x, w, dims, key=key, recipe=_RECIPES[recipe],
-                                                         product=Product.BLOCK_SCALED, block_gemm=gemm), x, w)
+                                                         block_gemm=gemm), x, w)
     return (y, *pullback(dy))
 
   for name, a, b in zip(("y", "dx", "dW"), vjp(scaled_matmul_gemm, x, w, dy), vjp(te_block_scaled_gemm, x, w, dy)):
