@@ -3,7 +3,8 @@
 
 A candidate quantizes a 2-D bf16 tensor as one GEMM operand (MaxText.nvfp4.operands.Operand) into (codes, scales,
 amax) as bits in the operand's blocked orientation, and runs the three GEMMs of y = x W (fprop, dgrad, wgrad) with
-stochastic rounding off. TransformerEngine's is the candidate on a Blackwell node (MaxText.backends.te_quantize); the
+stochastic rounding off. TransformerEngine's is the candidate on a Blackwell node (MaxText.backends.te_quantize); a run
+on the fused backend checks the fused backend (our quantizer, and its block-scaled GEMM: TE's on Blackwell); the
 emulator is the candidate anywhere else, where the checks then hold the emulator against itself and an independent
 float64 reference, and the one `--with-fault` corrupts: a fault is a known bug in one step of one operand's
 quantization, so the check must fail, naming that operand.
@@ -21,11 +22,11 @@ import numpy as np
 
 from MaxText.nvfp4 import audit, hadamard
 from MaxText.nvfp4.formats import NVFP4, e2m1_codes, e2m1_neighbours, to_e4m3_satfinite
-from MaxText.nvfp4.gemm import MATMUL_DIMS, GemmRecipe, nvfp4_dot_general
+from MaxText.nvfp4.gemm import MATMUL_DIMS, BlockScaledGemm, GemmRecipe, nvfp4_dot_general
 from MaxText.nvfp4.operands import Operand
 from MaxText.nvfp4.rounding import random_bits, stochastic_round_to_grid
 
-__all__ = ["FAULTS", "Candidate", "Emulator", "Fault", "TransformerEngine"]
+__all__ = ["FAULTS", "Candidate", "Emulator", "Fault", "Fused", "TransformerEngine"]
 
 
 class Candidate(Protocol):
@@ -121,6 +122,30 @@ class Emulator:
   def gemms(self, x: jax.Array, w: jax.Array, dy: jax.Array, recipe: GemmRecipe) -> tuple[jax.Array, ...]:
     recipe = dataclasses.replace(recipe, stochastic_rounding=False)
     y, pullback = jax.vjp(lambda a, b: nvfp4_dot_general(a, b, MATMUL_DIMS, key=None, recipe=recipe), x, w)
+    return (y, *pullback(dy))
+
+
+@dataclasses.dataclass(frozen=True)
+class Fused:
+  """The fused backend (nvfp4_backend=fused) as the candidate: our quantizer, the emulator's (so the quantization
+  check holds it against itself and the float64 reference, as for the emulator), and its block-scaled GEMM on codes
+  and scales, which the GEMM check holds against float64 products: TE's cuBLASLt NVFP4 GEMM where TE runs NVFP4
+  (MaxText.backends.te_gemm), jax.nn.scaled_matmul elsewhere (MaxText.backends.dense.fused_gemm picks it)."""
+
+  block_gemm: BlockScaledGemm
+  gemm_name: str
+
+  @property
+  def name(self) -> str:
+    return f"fused backend (our quantizer, {self.gemm_name})"
+
+  def quantize(self, tensor: jax.Array, operand: Operand, key: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    return audit.emulated(tensor, operand, key)
+
+  def gemms(self, x: jax.Array, w: jax.Array, dy: jax.Array, recipe: GemmRecipe) -> tuple[jax.Array, ...]:
+    recipe = dataclasses.replace(recipe, stochastic_rounding=False)
+    y, pullback = jax.vjp(lambda a, b: nvfp4_dot_general(a, b, MATMUL_DIMS, key=None, recipe=recipe,
+                                                         block_gemm=self.block_gemm), x, w)
     return (y, *pullback(dy))
 
 

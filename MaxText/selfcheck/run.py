@@ -11,7 +11,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from MaxText.backends import environment
+from MaxText.backends import dense, environment
 from MaxText.integration.settings import settings_of
 from MaxText.integration.shapes import gemm_dims
 from MaxText.nvfp4.gemm import MATMUL_DIMS, GemmRecipe, nvfp4_dot_general
@@ -21,7 +21,7 @@ from MaxText.preflight import kernels as kernels_lib
 from MaxText.preflight import library
 from MaxText.preflight.classify import Math
 from MaxText.selfcheck import PROG, checks
-from MaxText.selfcheck.candidates import Candidate, Emulator, Fault, TransformerEngine
+from MaxText.selfcheck.candidates import Candidate, Emulator, Fault, Fused, TransformerEngine
 
 __all__ = ["BadInput", "compile_only", "on_this_node", "shapes_of"]
 
@@ -72,8 +72,8 @@ def _step_result(found: list[kernels_lib.Kernel], shapes: Sequence[checks.Shape]
 
 
 def _speed_gemms(candidate: Candidate, recipe: GemmRecipe, te_imports: bool) -> dict[str, Callable[..., Any]]:
-  """Each precision's GEMM y = x W for the speed check: the candidate's NVFP4 (TE's dense, or the emulation), TE's FP8
-  current scaling where TE imports, and the BF16 GEMM."""
+  """Each precision's GEMM y = x W for the speed check: the candidate's NVFP4 (TE's dense, the fused backend's, or the
+  emulation), TE's FP8 current scaling where TE imports, and the BF16 GEMM."""
   key = jax.random.key(0)
   if isinstance(candidate, TransformerEngine):
     # pylint: disable-next=import-outside-toplevel  # TE: only where this candidate is chosen
@@ -82,7 +82,9 @@ def _speed_gemms(candidate: Candidate, recipe: GemmRecipe, te_imports: bool) -> 
     nvfp4 = te_quantize.quantizer_set(recipe, key)
     gemms = {"nvfp4": lambda x, w: te_quantize.dense(x, w, nvfp4)}
   else:
-    gemms = {"nvfp4": lambda x, w: nvfp4_dot_general(x, w, MATMUL_DIMS, key=key, recipe=recipe)}
+    block_gemm = candidate.block_gemm if isinstance(candidate, Fused) else None
+    gemms = {"nvfp4": lambda x, w: nvfp4_dot_general(x, w, MATMUL_DIMS, key=key, recipe=recipe,
+                                                     block_gemm=block_gemm)}
   if te_imports:
     # pylint: disable-next=import-outside-toplevel  # TE: only where it imports
     from transformer_engine.jax.quantize import QuantizerFactory, ScalingMode
@@ -96,9 +98,20 @@ def _speed_gemms(candidate: Candidate, recipe: GemmRecipe, te_imports: bool) -> 
   return gemms
 
 
+def _candidate(settings: Any, env: environment.Environment, te_runs: bool, fault: Fault | None) -> Candidate:
+  """What this node checks: a fault goes into the emulator; a run on the fused backend checks the fused backend (its
+  GEMM is TE's where TE runs NVFP4); otherwise TE's quantizers and GEMM where TE runs NVFP4, else the emulator."""
+  if fault is not None:
+    return Emulator(fault)
+  if environment.resolve_backend(settings.backend, env) is Backend.FUSED:
+    return Fused(*dense.fused_gemm())  # env is environment.current(), which fused_gemm reads
+  return TransformerEngine(settings.recipe) if te_runs else Emulator()
+
+
 def on_this_node(config_path: str, overrides: Sequence[str], fault: Fault | None, draws: int, repeats: int
                  ) -> tuple[list[checks.Result], list[str]]:
-  """Every check on this node's devices: TE as the candidate where it runs NVFP4, else the emulator."""
+  """Every check on this node's devices: the fused backend where the run uses it, else TE as the candidate where it
+  runs NVFP4, else the emulator (a fault always goes into the emulator)."""
   config = library.load_config(config_path, overrides, prog=PROG, defaults=_DEFAULTS)  # for this node's devices
   shapes, settings = shapes_of(config)
   recipe = settings.recipe
@@ -106,7 +119,7 @@ def on_this_node(config_path: str, overrides: Sequence[str], fault: Fault | None
   reason = environment.te_unavailable_reason(env)
   devices = jax.devices()
   te_runs = reason is None and fault is None
-  candidate: Candidate = TransformerEngine(recipe) if te_runs else Emulator(fault)
+  candidate = _candidate(settings, env, te_runs, fault)
   facts = [f"{PROG}: {config_path} {' '.join(overrides)}".rstrip(),
            f"  devices: {len(devices)} x {devices[0].device_kind} ({devices[0].platform})",
            f"  candidate: {candidate.name}" + ("" if te_runs else f" (TransformerEngine's NVFP4 not checked here: "
@@ -133,20 +146,23 @@ def on_this_node(config_path: str, overrides: Sequence[str], fault: Fault | None
 
 def compile_only(config_path: str, overrides: Sequence[str], target: str, devices: int
                  ) -> tuple[list[checks.Result], list[str]]:
-  """TE's quantize and GEMM programs at the run's shapes and the run's train step, compiled by XLA's GPU compiler for
-  `devices` `target` GPUs on this machine (the pre-flight's machinery; .venv-gpu, no GPU)."""
+  """The candidate's quantize and GEMM programs at the run's shapes and the run's train step, compiled by XLA's GPU
+  compiler for `devices` `target` GPUs on this machine (the pre-flight's machinery; .venv-gpu, no GPU). The candidate
+  is TE's (nvfp4_backend te, or auto) or the fused backend's (our quantizer as XLA fusions, TE's NVFP4 GEMM)."""
   # pylint: disable-next=import-outside-toplevel  # the pre-flight's compile machinery: CUDA jax and TE's modules
   from MaxText.preflight.compile import target_devices
 
   with environment.answering(library.target_environment(target, devices)):
     config = library.load_config(config_path, overrides, devices)
     shapes, settings = shapes_of(config)
-    if environment.resolve_backend(settings.backend, environment.current()) is not Backend.TE:
-      _fail(f"{config_path}: the run does not use the TE backend on {target} (nvfp4_backend="
-            f"{settings.backend.value}); --compile-only compiles TE's programs")
+    backend = environment.resolve_backend(settings.backend, environment.current())
+    if backend not in (Backend.TE, Backend.FUSED):
+      _fail(f"{config_path}: the run uses neither the TE nor the fused backend on {target} (nvfp4_backend="
+            f"{settings.backend.value}); --compile-only compiles their programs (nvfp4_backend=te or fused)")
     (device,) = target_devices(target, 1)
     on = jax.sharding.SingleDeviceSharding(device)
-    candidate = TransformerEngine(settings.recipe)
+    candidate: Candidate = (TransformerEngine(settings.recipe) if backend is Backend.TE
+                            else Fused(*dense.fused_gemm()))
     rows = []
     for shape in shapes:
       spec = {s: jax.ShapeDtypeStruct(shape.of(s), jnp.bfloat16, sharding=on) for s in ("x", "w", "dy")}
@@ -158,9 +174,11 @@ def compile_only(config_path: str, overrides: Sequence[str], target: str, device
       gemms = jax.jit(lambda x, w, dy: candidate.gemms(x, w, dy, settings.recipe)).lower(
           spec["x"], spec["w"], spec["dy"]).compile()
       fp4 = [k for k in kernels_lib.kernels(gemms.as_text()) if k.work.math is Math.FP4_GEMM]
-      ok = bool(calls) and len(fp4) == 3
+      # TE's quantizers are TE kernels; the fused backend's are XLA fusions, with no TE kernel at all.
+      ok = (bool(calls) if backend is Backend.TE else not calls) and len(fp4) == 3
+      quantizers = dict(calls) if backend is Backend.TE else "our quantizer: XLA fusions, no TE kernel"
       rows.append(checks.Result("compile", f"{shape.m}x{shape.k}x{shape.n}", ok,
-                                f"the 5 operands' quantize programs ({dict(calls)}) and fprop/dgrad/wgrad "
+                                f"the 5 operands' quantize programs ({quantizers}) and fprop/dgrad/wgrad "
                                 f"({len(fp4)} FP4 GEMMs) compiled for {target}", {"te_calls": dict(calls),
                                                                                  "fp4_gemms": len(fp4)}))
     found = kernels_lib.kernels(library.compile_step(config, target, devices, "the run's train step").as_text())

@@ -1,6 +1,6 @@
 # Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
-"""The GEMM check's float32-accumulation bound holds for the emulated GEMM and catches a GEMM off by a fraction of a
-percent; stochastic rounding's moments are TE's rule with 8 random bits."""
+"""The GEMM check's float32-accumulation bound holds for the emulated GEMM and the fused backend's block-scaled GEMM,
+and catches a GEMM off by a fraction of a percent; stochastic rounding's moments are TE's rule with 8 random bits."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from MaxText.nvfp4 import audit
-from MaxText.nvfp4.gemm import GemmRecipe
+from MaxText.nvfp4.gemm import GemmRecipe, scaled_matmul_gemm
 from MaxText.selfcheck import checks
-from MaxText.selfcheck.candidates import Emulator
+from MaxText.selfcheck.candidates import Emulator, Fused
 
 _SHAPES = [checks.Shape(64, 32, 48, ("mlp/wi_0",))]
 
@@ -30,6 +30,19 @@ def test_the_bound_holds_for_the_emulated_gemms_and_catches_a_wrong_one():
   assert [r.ok for r in good] == [True] * 3 and all(r.values["worst_error_over_bound"] < 1 for r in good)
   bad = checks.gemms(_Off(), _SHAPES, GemmRecipe())
   assert [r.ok for r in bad] == [False] * 3 and "float64 reference" in bad[0].detail
+
+
+def test_the_fused_backends_gemm_holds_and_a_wrong_block_scaled_gemm_is_caught():
+  """The fused candidate's GEMMs are the block-scaled GEMM it is given (scaled_matmul here; TE's on Blackwell): the
+  check passes it, and fails one whose products are 0.4% too large, in every GEMM, naming the GEMM."""
+
+  def off(a, a_axis, b, b_axis, out_dtype):
+    return (scaled_matmul_gemm(a, a_axis, b, b_axis, jnp.float32) * 1.004).astype(out_dtype)
+
+  good = checks.gemms(Fused(scaled_matmul_gemm, "jax.nn.scaled_matmul"), _SHAPES, GemmRecipe())
+  assert [r.ok for r in good] == [True] * 3
+  bad = checks.gemms(Fused(off, "off"), _SHAPES, GemmRecipe())
+  assert [r.ok for r in bad] == [False] * 3 and [r.subject.split()[0] for r in bad] == ["fprop", "dgrad", "wgrad"]
 
 
 def test_stochastic_rounding_moments_are_tes_rule():

@@ -39,6 +39,18 @@ def test_every_check_holds_here_and_says_what_cannot_run(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_fused_backend_run_checks_the_fused_backend(tmp_path):
+  """nvfp4_backend=fused: the candidate is the fused backend, its GEMMs (jax.nn.scaled_matmul on this CPU, TE's on
+  Blackwell) held against the float64 reference, and the speed check times its NVFP4 GEMM."""
+  proc = _selfcheck("nvfp4_backend=fused", "--json", str(tmp_path / "sc.json"))
+  assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+  assert "candidate: fused backend (our quantizer, jax.nn.scaled_matmul)" in proc.stdout
+  report = json.loads((tmp_path / "sc.json").read_text())
+  assert report["ok"] and [r["ok"] for r in report["results"] if r["check"] == "gemm"] == [True] * 3 * len(
+      {r["subject"].split()[-1] for r in report["results"] if r["check"] == "gemm"})
+
+
+@pytest.mark.slow
 def test_a_fault_fails_naming_its_operand():
   proc = _selfcheck("--with-fault", "rht-sign")
   lines = [line for line in proc.stderr.splitlines() if line.startswith("MaxText.selfcheck:")]

@@ -33,6 +33,20 @@ def test_selfcheck_compiles_tes_programs_and_the_step_for_blackwell(te, target):
   assert "3 FP4 GEMMs" in rows[0] and "te_dbias_quantize_ffi" in rows[0] and f"for 1 x {target}" in rows[2]
 
 
+def test_selfcheck_compiles_the_fused_backends_programs_for_blackwell(te):
+  """nvfp4_backend=fused: our quantizer's programs (XLA fusions, no TE kernel) and fprop/dgrad/wgrad as TE's NVFP4
+  GEMMs on our codes, compiled for a B200."""
+  del te
+  env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")}
+  proc = subprocess.run([sys.executable, "-m", "MaxText.selfcheck", str(harness.REPO_ROOT / "configs" / "tiny.yml"),
+                         *TINY_TE[:-1], "nvfp4_backend=fused", "--compile-only", "--target", "b200"],
+                        cwd=harness.REPO_ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
+  assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+  rows = [line for line in proc.stdout.splitlines() if line.startswith(("compile ", "step "))]
+  assert len(rows) == 3 and all(" ok " in row for row in rows), rows
+  assert "3 FP4 GEMMs" in rows[0] and "no TE kernel" in rows[0] and QUANTIZE not in rows[0]
+
+
 def test_the_audit_quantizes_with_te_inside_a_conditional_beside_the_steps_own(te, blackwell):
   """The same tiny te_nvfp4 step with and without nvfp4_audit_interval: the step's own quantize calls are the same
   three per GEMM; the audit adds TE quantize calls, every one of them inside a conditional (a branch of the audit
