@@ -119,7 +119,8 @@ def next_multiple(value: int, multiple: int = BLOCK_SIZE) -> int:
   return -(-value // multiple) * multiple
 
 
-_UINT_OF_WIDTH = {1: np.uint8, 2: np.uint16, 4: np.uint32}
+#: The unsigned integer type of each float width in bytes: what a float's bits are read as (bitcast_convert_type).
+UINT_OF_WIDTH = {1: np.uint8, 2: np.uint16, 4: np.uint32}
 
 
 def anchored(value: Any, like: jnp.ndarray) -> jnp.ndarray:
@@ -138,8 +139,8 @@ def anchored(value: Any, like: jnp.ndarray) -> jnp.ndarray:
     return value
   first = like.reshape(-1)[0]
   if not jnp.issubdtype(first.dtype, jnp.integer):
-    first = jax.lax.bitcast_convert_type(first, _UINT_OF_WIDTH[first.dtype.itemsize])
-  uint = _UINT_OF_WIDTH[value.dtype.itemsize]
+    first = jax.lax.bitcast_convert_type(first, UINT_OF_WIDTH[first.dtype.itemsize])
+  uint = UINT_OF_WIDTH[value.dtype.itemsize]
   zero = (first & first.dtype.type(0)).astype(uint)
   return jax.lax.bitcast_convert_type(jax.lax.bitcast_convert_type(value, uint) | zero, value.dtype)
 

@@ -90,7 +90,13 @@ def scaled_matmul_gemm(a: BlockCodes, a_axis: int, b: BlockCodes, b_axis: int, o
   (a_codes, a_scales), (b_codes, b_scales) = a.contracting(a_axis), b.contracting(b_axis)
   dot = jax.nn.scaled_matmul(a_codes[None], b_codes[None], a_scales[None], b_scales[None],
                              preferred_element_type=jnp.float32)[0]
-  return (dot * (divide(a.amax, NVFP4.tensor_scale_range) * divide(b.amax, NVFP4.tensor_scale_range))).astype(out_dtype)
+  return (dot * _alpha(a.amax, b.amax, NVFP4)).astype(out_dtype)
+
+
+def _alpha(a_amax: jax.Array, b_amax: jax.Array, fmt: BlockFormat) -> jax.Array:
+  """The product's tensor scale, alpha = amax_a / range * amax_b / range (range = 2688 for NVFP4), as TE's GEMM
+  computes it: each factor a correctly rounded division (formats.divide)."""
+  return divide(a_amax, fmt.tensor_scale_range) * divide(b_amax, fmt.tensor_scale_range)
 
 
 def _quantized(
@@ -117,7 +123,7 @@ def _product(a: Quantized, b: Quantized, contracting: tuple[int, int], fmt: Bloc
   """
   if block_gemm is not None:
     return block_gemm(a, contracting[0], b, contracting[1], out_dtype)
-  alpha = divide(a.amax, fmt.tensor_scale_range) * divide(b.amax, fmt.tensor_scale_range)
+  alpha = _alpha(a.amax, b.amax, fmt)
   dot = jax.lax.dot_general(a.values, b.values, (((contracting[0],), (contracting[1],)), ((), ())),
                             preferred_element_type=jnp.float32)
   return (dot * alpha).astype(out_dtype)

@@ -40,6 +40,7 @@ from MaxText.nvfp4.formats import (
   FLT_MAX,
   ONE_SIXTH,
   TENSOR_SCALE_RANGE,
+  UINT_OF_WIDTH,
   anchored,
   divide,
   e2m1_codes,
@@ -108,9 +109,6 @@ def check_input(
     raise ValueError("quantize: stochastic_rounding=True needs a PRNG key (key=jax.random.key(...)); got key=None.")
 
 
-_UINT_OF_WIDTH = {2: jnp.uint16, 4: jnp.uint32}
-
-
 def _abs_bits(x: jax.Array) -> tuple[jax.Array, int]:
   """|x| as unsigned integers of the same width, and the bit pattern of +inf.
 
@@ -119,7 +117,7 @@ def _abs_bits(x: jax.Array) -> tuple[jax.Array, int]:
   then read x once, in its own width, and XLA:CPU vectorizes them).
   """
   finfo = jnp.finfo(x.dtype)
-  uint = _UINT_OF_WIDTH[x.dtype.itemsize]
+  uint = UINT_OF_WIDTH[x.dtype.itemsize]
   sign_clear = (1 << (finfo.bits - 1)) - 1
   inf_bits = int(np.array(np.inf, x.dtype).view(uint))
   return jax.lax.bitcast_convert_type(x, uint) & uint(sign_clear), inf_bits

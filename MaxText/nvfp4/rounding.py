@@ -42,9 +42,9 @@ def random_bits(key: jax.Array, shape: tuple[int, ...], axis_order: tuple[int, .
   draws exactly the bits of its transpose quantized along the last axis. None: the identity order.
   """
   seed = jax.random.bits(key, (2,), jnp.uint32)
-  # Each axis's index is a 1D iota plus the seed's bits and-ed with 0, then broadcast: the same index, but data to JAX
+  # Each axis's index is a 1D iota plus a 0 anchored to the seed, then broadcast: the same index, but data to JAX
   # (formats.anchored: a full-size iota is computed outside a scanned layer loop and read by every layer).
-  zero = seed[0] & np.uint32(0)
+  zero = anchored(np.uint32(0), seed)
   index = jnp.broadcast_to(zero, shape)
   stride = 1
   for axis in reversed(axis_order if axis_order is not None else range(len(shape))):

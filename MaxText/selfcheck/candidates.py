@@ -91,6 +91,16 @@ def _amax_of_first_half(tensor: jax.Array, operand: Operand) -> audit.Encoded:
   return audit.encode(tensor, operand, amax=shard)
 
 
+def _our_gemms(x: jax.Array, w: jax.Array, dy: jax.Array, recipe: GemmRecipe, block_gemm: BlockScaledGemm | None
+               ) -> tuple[jax.Array, ...]:
+  """(y, dx, dW) of the plugin's NVFP4 GEMM, stochastic rounding off: the emulator's (block_gemm None) or the fused
+  backend's (its block-scaled GEMM)."""
+  recipe = dataclasses.replace(recipe, stochastic_rounding=False)
+  y, pullback = jax.vjp(lambda a, b: nvfp4_dot_general(a, b, MATMUL_DIMS, key=None, recipe=recipe,
+                                                       block_gemm=block_gemm), x, w)
+  return (y, *pullback(dy))
+
+
 @dataclasses.dataclass(frozen=True)
 class Emulator:
   """The bit-exact emulator (MaxText.nvfp4) as the candidate, with at most one fault."""
@@ -120,9 +130,7 @@ class Emulator:
     return e2m1_codes(stochastic_round_to_grid(encoded.scaled, bits)), encoded.scales, encoded.amax
 
   def gemms(self, x: jax.Array, w: jax.Array, dy: jax.Array, recipe: GemmRecipe) -> tuple[jax.Array, ...]:
-    recipe = dataclasses.replace(recipe, stochastic_rounding=False)
-    y, pullback = jax.vjp(lambda a, b: nvfp4_dot_general(a, b, MATMUL_DIMS, key=None, recipe=recipe), x, w)
-    return (y, *pullback(dy))
+    return _our_gemms(x, w, dy, recipe, None)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -143,10 +151,7 @@ class Fused:
     return audit.emulated(tensor, operand, key)
 
   def gemms(self, x: jax.Array, w: jax.Array, dy: jax.Array, recipe: GemmRecipe) -> tuple[jax.Array, ...]:
-    recipe = dataclasses.replace(recipe, stochastic_rounding=False)
-    y, pullback = jax.vjp(lambda a, b: nvfp4_dot_general(a, b, MATMUL_DIMS, key=None, recipe=recipe,
-                                                         block_gemm=self.block_gemm), x, w)
-    return (y, *pullback(dy))
+    return _our_gemms(x, w, dy, recipe, self.block_gemm)
 
 
 @dataclasses.dataclass(frozen=True)
