@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import functools
 import itertools
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -34,7 +35,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from MaxText.backends import emulated, pipeline
+from MaxText.backends import dense, emulated, pipeline
 from MaxText.backends.emulated import unquantized
 from MaxText.backends.sr import sr_key
 from MaxText.backends.stages import Core
@@ -83,11 +84,21 @@ def _te_expert_gemms() -> ExpertGemms | None:
   return None
 
 
+def _fused_expert_gemms() -> ExpertGemms:
+  """The fused backend's expert GEMMs: the emulation's per-expert slabs (the same quantizer, the same per-expert
+  amaxes), each expert's GEMM on codes and scales, mapped over the experts (jax.vmap) into one batched block-scaled
+  GEMM per product: TE's NVFP4 GEMM where TE runs NVFP4 (Blackwell), else jax.nn.scaled_matmul (dense.fused_gemm)."""
+  gemm, name = dense.fused_gemm()
+  return ExpertGemms(f"MaxText.nvfp4 quantizer per expert + {name} batched over experts (fused)",
+                     grouped.grouped_matmul, grouped.batched_expert_matmul,
+                     functools.partial(emulated.core, block_gemm=gemm))
+
+
 def expert_gemms(backend: Backend) -> ExpertGemms | None:
   """The expert GEMM implementation of a backend, or None where the backend has no NVFP4 grouped GEMM."""
-  # The fused backend's experts: the emulated grouped GEMM (the same quantizer; a dot on the dequantized operands),
-  # until the per-expert slabs run as batched block-scaled GEMMs.
-  return _EMULATED if backend in (Backend.EMULATED, Backend.FUSED) else _te_expert_gemms()
+  if backend is Backend.FUSED:
+    return _fused_expert_gemms()
+  return _EMULATED if backend is Backend.EMULATED else _te_expert_gemms()
 
 
 def expert_plan(precision: Precision, backend: Backend) -> tuple[Precision, str]:

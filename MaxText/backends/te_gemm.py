@@ -13,6 +13,10 @@ repeated on each of its 16 rows, so every operand goes as 1x16 blocks: the same 
 scales go unpadded: TE pads them to its swizzle's granule itself. The output takes the operands' `dq_dtype`, set to
 the caller's output dtype: cuBLASLt's epilogue rounds the f32 accumulator times alpha once to it, the rounding the
 emulated GEMM's cast does, and no f32 product is written out to be cast afterwards.
+
+Mapped over routed experts (jax.vmap, MaxText.nvfp4.grouped), the GEMM runs once per expert on that expert's codes,
+scales and amax: TE 2.20.2's GemmPrimitive refuses batching ("Batching is not supported"), and it has no NVFP4
+grouped GEMM, so the batch is E GEMMs of the same shape, each its own tensor scales, the outputs stacked.
 transformer_engine is imported when the GEMM is first traced, never at import time.
 """
 
@@ -29,7 +33,24 @@ __all__ = ["te_block_scaled_gemm"]
 
 def te_block_scaled_gemm(a: BlockCodes, a_axis: int, b: BlockCodes, b_axis: int, out_dtype: jnp.dtype) -> jax.Array:
   """a . b contracting a's `a_axis` with b's `b_axis` through TE's NVFP4 GEMM: `out_dtype`, a's free axis first
-  (MaxText.nvfp4.gemm.BlockScaledGemm)."""
+  (MaxText.nvfp4.gemm.BlockScaledGemm). Under jax.vmap: one TE GEMM per mapped index (per expert)."""
+
+  @jax.custom_batching.custom_vmap
+  def product(a: BlockCodes, b: BlockCodes) -> jax.Array:
+    return _te_gemm(a, a_axis, b, b_axis, out_dtype)
+
+  @product.def_vmap
+  def _one_gemm_per_index(size: int, in_batched: list, a: BlockCodes, b: BlockCodes) -> tuple[jax.Array, bool]:
+    def index(tree: BlockCodes, batched: BlockCodes, i: int) -> BlockCodes:
+      return jax.tree.map(lambda leaf, mapped: leaf[i] if mapped else leaf, tree, batched)
+
+    return jnp.stack([product(index(a, in_batched[0], i), index(b, in_batched[1], i)) for i in range(size)]), True
+
+  return product(a, b)
+
+
+def _te_gemm(a: BlockCodes, a_axis: int, b: BlockCodes, b_axis: int, out_dtype: jnp.dtype) -> jax.Array:
+  """One TE NVFP4 GEMM on 2D operands."""
   # pylint: disable-next=import-outside-toplevel  # optional heavy dependency: TE, only where this GEMM is traced
   import transformer_engine.jax.quantize as te_quantize
   from transformer_engine.jax.cpp_extensions.gemm import gemm  # pylint: disable=import-outside-toplevel  # TE, as above

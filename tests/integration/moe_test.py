@@ -49,7 +49,7 @@ NVFP4_MIN_GAP = 0.01
 _RUNS = {
     "mixtral_sparse": [*MIXTRAL, "sparse_matmul=true", "megablox=false"],
     "mixtral_dense": [*MIXTRAL, "sparse_matmul=false"],
-    # The fused backend: its experts take the emulated grouped GEMM (no grouped block-scaled GEMM yet).
+    # The fused backend: each expert's codes and scales into jax.nn.scaled_matmul, batched over the experts.
     "mixtral_fused": [*MIXTRAL, "sparse_matmul=true", "megablox=false", "nvfp4_backend=fused",
                       "learning_rate_schedule_steps=20"],
     "mixtral_bf16": [*MIXTRAL, "megablox=false", "nvfp4_mlp_precision=bf16"],
@@ -133,12 +133,15 @@ def test_mixtral_sparse_and_dense_paths_agree(runs):
 
 @pytest.mark.slow
 def test_the_fused_backend_trains_a_moe_model_as_the_emulated_backend(runs):
-  """nvfp4_backend=fused on a Mixtral: the experts take the emulated grouped GEMM, and the losses are mixtral_sparse's
-  bit for bit (the bound between the backends on CPU: 0, as for the dense model in train_runs_test.py)."""
+  """nvfp4_backend=fused on a Mixtral: the experts' codes and scales go to a block-scaled GEMM batched over the experts
+  (jax.nn.scaled_matmul here), and the losses are mixtral_sparse's bit for bit (the bound between the backends on CPU:
+  0, as for the dense model in train_runs_test.py)."""
   fused = read_losses(runs["mixtral_fused"] / "metrics.jsonl")
   assert fused == read_losses(runs["mixtral_sparse"] / "metrics.jsonl")[:len(fused)], fused
   plan = json.loads((runs["mixtral_fused"] / "precision_plan.json").read_text())
-  assert plan["backend"] == "fused" and any(g["kind"] == "experts" and g["precision"] == "nvfp4" for g in plan["gemms"])
+  experts = [g for g in plan["gemms"] if g["kind"] == "experts"]
+  assert plan["backend"] == "fused" and experts and {g["precision"] for g in experts} == {"nvfp4"}, plan
+  assert all("jax.nn.scaled_matmul batched over experts" in g["implementation"] for g in experts), experts
 
 
 @pytest.mark.slow

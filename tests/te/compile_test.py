@@ -97,6 +97,8 @@ def test_every_target_gives_a_compile_only_device(te, name):
   assert _device(name).platform == "gpu"
 
 
+#: A Mixtral-style MoE at TE's sizes: every MLP GEMM is a routed expert's.
+MIXTRAL = ["decoder_block=mixtral", "num_experts=4", "num_experts_per_tok=2", "base_moe_mlp_dim=256"]
 #: The tiny model at TE's sizes: RHT wants 64 token rows and 128 columns per device.
 TINY_TE = ["base_emb_dim=128", "head_dim=32", "base_mlp_dim=256", "per_device_batch_size=1", "max_target_length=128"]
 
@@ -127,13 +129,18 @@ def _te_gemms(compiled) -> int:
     (["quantization=te_nvfp4", "fused_mlp=true"], 1, "b200"),  # gate and up as one GEMM (the exact vLLM export)
     (["quantization=te_nvfp4", "nvfp4_backend=fused"], 1, "b200"),  # our quantizer, TE's GEMM
     (["quantization=te_nvfp4", "nvfp4_backend=fused"], 4, "gb300"),
+    # Routed experts in NVFP4 on Blackwell: each product one TE NVFP4 GEMM batched over the experts (both layouts).
+    (["quantization=te_nvfp4", "nvfp4_backend=fused", *MIXTRAL, "sparse_matmul=false"], 1, "b200"),
+    (["quantization=te_nvfp4", "nvfp4_backend=fused", *MIXTRAL, "sparse_matmul=true", "megablox=false"], 1, "b200"),
 ], ids=["te_nvfp4", "te_nvfp4_gb300_tray", "no_rht_fp8_attention_switches", "fsdp2_tensor2", "fused_mlp", "fused",
-        "fused_gb300_tray"])
+        "fused_gb300_tray", "fused_experts_dense", "fused_experts_sparse"])
 def test_te_train_step_compiles_for_blackwell(te, blackwell, overrides, count, target):
   del te, blackwell
   backend = [] if any(o.startswith("nvfp4_backend=") for o in overrides) else ["nvfp4_backend=te"]
   compiled = _train_step([*backend, *overrides], target, count)
   gemms = 2 if "fused_mlp=true" in overrides else 3  # MLP GEMMs per layer body: wi (or wi_0, wi_1) and wo
+  if "decoder_block=mixtral" in overrides:  # per expert: fprop, dgrad and wgrad of wi_0, wi_1 and wo
+    gemms = 3 * 3 * int(next(o for o in MIXTRAL if o.startswith("num_experts=")).split("=")[1])
   assert _te_gemms(compiled) >= gemms, "TE's FP4 GEMMs did not survive to the executable"
   memory = compiled.memory_analysis()
   assert 0 < memory.argument_size_in_bytes and 0 < memory.temp_size_in_bytes < TARGETS[target].memory_bytes

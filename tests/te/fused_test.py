@@ -41,3 +41,36 @@ def test_tes_gemm_on_our_operands_equals_scaled_matmul(te, monkeypatch, recipe):
 
   for name, a, b in zip(("y", "dx", "dW"), vjp(scaled_matmul_gemm, x, w, dy), vjp(te_block_scaled_gemm, x, w, dy)):
     assert a.dtype == b.dtype and np.array_equal(np.asarray(a, np.float32), np.asarray(b, np.float32)), name
+
+
+def test_tes_gemm_mapped_over_experts_equals_the_batched_scaled_matmul(te, monkeypatch):
+  """The fused backend's routed experts (MaxText.backends.experts): each expert's GEMM under jax.vmap. TE's
+  GemmPrimitive refuses batching, so te_block_scaled_gemm runs one TE GEMM per expert; the products, with each expert's
+  own amaxes, equal jax.nn.scaled_matmul batched over the experts, in fprop, dgrad and wgrad, on the grouped layout."""
+  import jax  # pylint: disable=import-outside-toplevel
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+  import numpy as np  # pylint: disable=import-outside-toplevel
+
+  from MaxText.backends.te_gemm import te_block_scaled_gemm  # pylint: disable=import-outside-toplevel
+  from MaxText.nvfp4.gemm import MATMUL_DIMS, nvfp4_dot_general, scaled_matmul_gemm  # pylint: disable=C0415
+  from MaxText.nvfp4.grouped import grouped_matmul  # pylint: disable=import-outside-toplevel
+
+  del te
+  monkeypatch.setenv("NVTE_JAX_CUSTOM_CALLS", "GemmPrimitive=false")
+  kx, kw, kd, key = jax.random.split(jax.random.key(1), 4)
+  x = jax.random.normal(kx, (64, 128), jnp.bfloat16)
+  w = jax.random.normal(kw, (3, 128, 128), jnp.float32) * 0.1
+  dy = jax.random.normal(kd, (64, 128), jnp.bfloat16)
+  sizes = jnp.array([20, 0, 40], jnp.int32)  # an expert with no tokens, and 4 padding rows
+
+  @functools.partial(jax.jit, static_argnums=0)
+  def vjp(block_gemm, x, w, dy):
+    def expert(x_e, w_e, key_e, extra_e):
+      del extra_e
+      return nvfp4_dot_general(x_e, w_e, MATMUL_DIMS, key=key_e, recipe=GemmRecipe(), block_gemm=block_gemm)
+
+    y, pullback = jax.vjp(lambda x, w: grouped_matmul(x, w, sizes, key=key, gemm=expert), x, w)
+    return (y, *pullback(dy))
+
+  for name, a, b in zip(("y", "dx", "dW"), vjp(scaled_matmul_gemm, x, w, dy), vjp(te_block_scaled_gemm, x, w, dy)):
+    assert a.dtype == b.dtype and np.array_equal(np.asarray(a, np.float32), np.asarray(b, np.float32)), name
