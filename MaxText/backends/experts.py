@@ -18,7 +18,8 @@ go through the dense policy: router unquantized, shared experts by the MLP rule.
 
 TransformerEngine: TE 2.20.2's JAX grouped GEMM supports BF16, FP8 and MXFP8 only, so `expert_gemms(Backend.TE)`
 is None and the config validator requires nvfp4_moe_experts=bf16 with the TE backend. A TE release with an NVFP4
-grouped GEMM is adopted by returning its implementation from `_te_expert_gemms` (nothing else changes).
+grouped GEMM is adopted by returning its implementation from `_te_expert_gemms` (nothing else changes). The fused
+backend runs NVFP4 experts on Blackwell without one: TE's dense NVFP4 GEMM once per expert (`_fused_expert_gemms`).
 """
 
 from __future__ import annotations
@@ -86,10 +87,10 @@ def _te_expert_gemms() -> ExpertGemms | None:
 
 def _fused_expert_gemms() -> ExpertGemms:
   """The fused backend's expert GEMMs: the emulation's per-expert slabs (the same quantizer, the same per-expert
-  amaxes), each expert's GEMM on codes and scales, mapped over the experts (jax.vmap) into one batched block-scaled
-  GEMM per product: TE's NVFP4 GEMM where TE runs NVFP4 (Blackwell), else jax.nn.scaled_matmul (dense.fused_gemm)."""
+  amaxes), each expert's GEMM on codes and scales, mapped over the experts (jax.vmap): one jax.nn.scaled_matmul
+  batched over them, or on Blackwell one TE NVFP4 GEMM per expert (dense.fused_gemm; MaxText.backends.te_gemm)."""
   gemm, name = dense.fused_gemm()
-  return ExpertGemms(f"MaxText.nvfp4 quantizer per expert + {name} batched over experts (fused)",
+  return ExpertGemms(f"MaxText.nvfp4 quantizer per expert + {name} mapped over the experts (fused)",
                      grouped.grouped_matmul, grouped.batched_expert_matmul,
                      functools.partial(emulated.core, block_gemm=gemm))
 

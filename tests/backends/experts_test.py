@@ -55,7 +55,7 @@ def test_fused_experts_equal_the_emulated_experts_bit_for_bit():
     assert a.dtype == b.dtype and np.array_equal(np.asarray(a, np.float32), np.asarray(b, np.float32)), name
 
 
-@pytest.mark.parametrize("backend,words", [(Backend.FUSED, "jax.nn.scaled_matmul batched over experts (fused)"),
+@pytest.mark.parametrize("backend,words", [(Backend.FUSED, "jax.nn.scaled_matmul mapped over the experts (fused)"),
                                            (Backend.EMULATED, "grouped emulation"), (Backend.TE, TE_MISSING)])
 def test_the_plan_names_each_backends_expert_gemms(backend, words):
   assert words in expert_plan(Precision.NVFP4, backend)[1]

@@ -141,7 +141,7 @@ def test_the_fused_backend_trains_a_moe_model_as_the_emulated_backend(runs):
   plan = json.loads((runs["mixtral_fused"] / "precision_plan.json").read_text())
   experts = [g for g in plan["gemms"] if g["kind"] == "experts"]
   assert plan["backend"] == "fused" and experts and {g["precision"] for g in experts} == {"nvfp4"}, plan
-  assert all("jax.nn.scaled_matmul batched over experts" in g["implementation"] for g in experts), experts
+  assert all("jax.nn.scaled_matmul mapped over the experts" in g["implementation"] for g in experts), experts
 
 
 @pytest.mark.slow
