@@ -35,9 +35,10 @@ SUBNORMAL_SCALE = NVFP4.scale_min_normal
 
 
 def _fraction(hits: jax.Array, of: jax.Array) -> jax.Array:
-  """sum(hits & of) / sum(of) as float32; 0 where `of` selects nothing."""
+  """sum(hits & of) / sum(of) as float32; 0 where `of` selects nothing. Divided correctly rounded (formats.divide),
+  so a statistic is the same number on a GPU as here."""
   count = jnp.sum(of, dtype=jnp.float32)
-  return jnp.where(count > 0, jnp.sum(hits & of, dtype=jnp.float32) / jnp.maximum(count, 1.0), np.float32(0.0))
+  return jnp.where(count > 0, divide(jnp.sum(hits & of, dtype=jnp.float32), jnp.maximum(count, 1.0)), np.float32(0.0))
 
 
 def quantization_stats(
@@ -78,7 +79,7 @@ def quantization_stats(
   reference = widen(blocked(x, scaling, axis)[0])
   error = q * (scale * divide(amax, TENSOR_SCALE_RANGE)) - reference
   norm = jnp.sum(jnp.square(reference))
-  rel_error = jnp.sqrt(jnp.sum(jnp.square(error)) / jnp.where(norm > 0, norm, np.float32(1.0)))
+  rel_error = jnp.sqrt(divide(jnp.sum(jnp.square(error)), jnp.where(norm > 0, norm, np.float32(1.0))))
   return {
       "amax": amax,
       "underflow": _fraction(q == 0, reference != 0),

@@ -23,9 +23,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from MaxText.nvfp4 import formats
-from MaxText.nvfp4.gemm import MATMUL_DIMS, GemmRecipe, nvfp4_dot_general
-from MaxText.nvfp4.quantize import quantize, quantize_block_scaled
+from MaxText.nvfp4 import audit, formats, stats
+from MaxText.nvfp4.gemm import MATMUL_DIMS, GemmRecipe, nvfp4_dot_general, scaled_matmul_gemm
+from MaxText.nvfp4.grouped import grouped_matmul
+from MaxText.nvfp4.operands import gemm_operands
+from MaxText.nvfp4.quantize import quantize, quantize_block_scaled, quantize_codes
 
 
 @pytest.fixture(autouse=True)
@@ -229,3 +231,60 @@ def test_a_nonfinite_operand_stays_nonfinite_under_the_gpu_compiler():
         assert np.isnan(g).any() == fed and np.isfinite(w).all() != fed, case
         np.testing.assert_array_equal(np.isnan(g), np.isnan(w), err_msg=case)
         _assert_same(np.where(np.isnan(g), 0, g), np.where(np.isnan(w), 0, w))
+
+
+def test_the_fused_backends_codes_and_scales_are_the_same():
+  """quantize_codes (what the fused backend hands NVIDIA's block-scaled GEMM): the wgrad operand with RHT and SR
+  along M, and a weight's 16x16 tiles."""
+  x, w, key = _activations(5, (128, 64)), _activations(6, (64, 96)) * 0.1, jax.random.key(4)
+
+  def f(x32, w32, key):
+    dy_t = quantize_codes(x32.astype(jnp.bfloat16), "1d", rht=True, stochastic_rounding=True, key=key, axis=0)
+    tiles = quantize_codes(w32.astype(jnp.bfloat16), "2d")
+    return [(q.codes.astype(jnp.float32), q.scales, q.amax) for q in (dy_t, tiles)]
+
+  _assert_same(gpu_like(f)(x, w, key), cpu(f)(x, w, key))
+
+
+def test_the_fused_gemm_forward_and_backward_are_the_same():
+  """nvfp4_dot_general with the block-scaled GEMM (jax.nn.scaled_matmul): y, dx and dW."""
+  ops, key = _gemm_operands(), jax.random.key(1)
+
+  def fused(x32, w32, dy32, key):
+    y, vjp = jax.vjp(lambda x, w: nvfp4_dot_general(x, w, MATMUL_DIMS, key=key, recipe=GemmRecipe(),
+                                                    block_gemm=scaled_matmul_gemm),
+                     x32.astype(jnp.bfloat16), w32.astype(jnp.bfloat16))
+    return y, *vjp(dy32.astype(jnp.bfloat16))
+
+  _assert_same(gpu_like(fused)(ops["x"], ops["w"], ops["dy"], key), cpu(fused)(ops["x"], ops["w"], ops["dy"], key))
+
+
+def test_the_expert_gemms_are_the_same():
+  """grouped_matmul (maxtext's sparse MoE path): each expert's y, dx and dW with its own amaxes."""
+  ops, key = _gemm_operands(), jax.random.key(2)
+  sizes = jnp.array([20, 0, 36], jnp.int32)
+  w = jnp.stack([ops["w"], -ops["w"], 2 * ops["w"]])
+
+  def experts(x32, w32, dy32, key):
+    y, vjp = jax.vjp(lambda x, w: grouped_matmul(x, w, sizes, key=key), x32.astype(jnp.bfloat16),
+                     w32.astype(jnp.bfloat16))
+    return y, *vjp(dy32.astype(jnp.bfloat16))
+
+  _assert_same(gpu_like(experts)(ops["x"], w, ops["dy"], key), cpu(experts)(ops["x"], w, ops["dy"], key))
+
+
+def test_the_statistics_and_the_audit_are_the_same():
+  """quantization_stats (the statistics tap) and the audit's encoding and comparison of every operand of the
+  recipe, each against a candidate that is our own quantizer."""
+  ops = _gemm_operands()
+
+  def f(x32, w32, dy32):
+    tensors = {"x": x32.astype(jnp.bfloat16), "w": w32.astype(jnp.bfloat16), "dy": dy32.astype(jnp.bfloat16)}
+    out = [stats.quantization_stats(tensors["x"], rht=True, axis=0), stats.quantization_stats(tensors["w"], scaling="2d")]
+    for operand in gemm_operands(GemmRecipe()):
+      tensor = tensors[operand.source]
+      codes, scales, amax = audit.emulated(tensor, operand)
+      out.append(audit.audited(tensor, operand, codes, scales, amax))
+    return out
+
+  _assert_same(gpu_like(f)(ops["x"], ops["w"], ops["dy"]), cpu(f)(ops["x"], ops["w"], ops["dy"]))
