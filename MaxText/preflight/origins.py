@@ -10,6 +10,8 @@ calls, a custom-call target and result types. Origins, first match wins:
   - TE's NVFP4 quantize and RHT-amax kernels: a TE custom call (not its GEMM or fused attention) with no FP8 result
     but an FP4 one or none (te_rht_amax_ffi writes amaxes), and XLA's kernels inside an NVFP4 GEMM module of TE
     (the amax and scale arithmetic TE's quantizers leave to XLA);
+  - the plugin's own NVFP4 quantizer (the emulated and fused backends): XLA's kernels inside its GEMM module
+    (Nvfp4DotGeneral) or inside the quantizer's own jits (`_codes`, `_block_scaled`: what routed experts run);
   - FP8 quantization: a TE custom call whose results are FP8 and not FP4 (TE's current-scaling quantize), and XLA's
     kernels inside an FP8 GEMM module: maxtext's fp8 (flax's Fp8DirectDotGeneralOp / Fp8DotGeneralOp: its amax,
     scale and casts, which XLA fuses into producers where it can) or the plugin's FP8 attention projections on TE;
@@ -40,6 +42,8 @@ class Origin(enum.StrEnum):
 
   TE_NVFP4 = "TE NVFP4 quantize, RHT amax"
   """TransformerEngine's NVFP4 quantize and RHT-amax kernels, and XLA's kernels inside TE's NVFP4 GEMM modules."""
+  NVFP4_OURS = "our NVFP4 quantizer"
+  """The plugin's own quantizer, XLA-compiled (emulated and fused backends): its GEMM modules and quantizer jits."""
   FP8 = "FP8 quantization"
   """TE's FP8 quantize calls and XLA's kernels inside an FP8 GEMM module (maxtext's fp8, FP8 attention on TE)."""
   GUARD = "non-finite guard"
@@ -62,7 +66,9 @@ def _component(names: str) -> re.Pattern[str]:
 
 
 _MODULES = ((_component("TeDotGeneral_fp8|Fp8DirectDotGeneralOp|Fp8DotGeneralOp"), Origin.FP8),
-            (_component("TeDotGeneral_nvfp4|TEWrapper"), Origin.TE_NVFP4))
+            (_component("TeDotGeneral_nvfp4|TEWrapper"), Origin.TE_NVFP4),
+            # MaxText.backends.emulated's module, and MaxText.nvfp4.quantize's jitted quantizers (jit(_codes) ...)
+            (_component("Nvfp4DotGeneral|_codes|_block_scaled"), Origin.NVFP4_OURS))
 _GUARD = _component(GUARD_SCOPE)
 _TAP = _component(TAP_SCOPE)
 

@@ -42,6 +42,12 @@ def _kernel(op_name: str, target: str = "", results: tuple[str, ...] = (), nbyte
     ("jit(train_step)/transpose(jvp())/while/body/eval_jaxpr/checkpoint/TeDotGeneral_nvfp4/nvfp4_guard/add_any", "",
      (), Origin.OTHER),
     (f"{LOOP}/jit(silu)/mul", "", (), Origin.OTHER),
+    # The plugin's own quantizer (emulated and fused backends): its GEMM module, and its jits under a MoE layer
+    (f"{LOOP}/Nvfp4DotGeneral/jit(_codes)/or", "", (), Origin.NVFP4_OURS),
+    (f"{LOOP}/checkpoint/Nvfp4DotGeneral/mul", "", (), Origin.NVFP4_OURS),
+    (f"{LOOP}/RoutedMoE_0/jit(_block_scaled)/reduce_max", "", (), Origin.NVFP4_OURS),
+    (f"{LOOP}/Nvfp4DotGeneral/nvfp4_guard/reduce_max", "", (), Origin.GUARD),
+    (f"{LOOP}/jit(_codes_of_something)/or", "", (), Origin.OTHER),
 ])
 def test_each_origin_from_the_name_stack_and_te_s_result_types(op_name, target, results, expected):
   assert origin(_kernel(op_name, target, results)) is expected
