@@ -19,12 +19,11 @@ import pathlib
 import numpy as np
 import pytest
 
-from tests.helpers import train_cli
+from tests.helpers import MIXTRAL, train_cli
 
 pytestmark = pytest.mark.slow
 
-MIXTRAL = ["decoder_block=mixtral", "num_experts=4", "num_experts_per_tok=2", "base_moe_mlp_dim=256",
-           "sparse_matmul=true", "megablox=false"]
+MIXTRAL_SPARSE = [*MIXTRAL, "sparse_matmul=true", "megablox=false"]
 _SAVE = ["enable_checkpointing=true", "checkpoint_period=1", "async_checkpointing=false"]
 
 #: name -> (overrides, steps): the source runs.
@@ -34,7 +33,7 @@ _SOURCES = {
     "nvfp4": (["quantization=te_nvfp4", "nvfp4_stats_interval=1"], 2),
     "no_rht": (["quantization=te_nvfp4_no_rht"], 1),
     "unscanned": (["scan_layers=false"], 1),
-    "moe": (MIXTRAL, 1),
+    "moe": (MIXTRAL_SPARSE, 1),
 }
 #: name -> (source, overrides): the target runs, each loading its source's last checkpoint at learning rate 0.
 _TARGETS = {
@@ -43,7 +42,7 @@ _TARGETS = {
     "nvfp4_to_nvfp4": ("nvfp4", ["quantization=te_nvfp4", "nvfp4_stats_interval=1"]),
     "no_rht_to_nvfp4": ("no_rht", ["quantization=te_nvfp4"]),
     "unscanned_to_no_rht": ("unscanned", ["quantization=te_nvfp4_no_rht", "scan_layers=false"]),
-    "moe_to_nvfp4": ("moe", ["quantization=te_nvfp4", *MIXTRAL]),
+    "moe_to_nvfp4": ("moe", ["quantization=te_nvfp4", *MIXTRAL_SPARSE]),
 }
 
 

@@ -16,7 +16,7 @@ import pytest
 
 from MaxText.preflight.compile import compile_train_step, target_devices
 from MaxText.preflight.targets import TARGETS
-from tests.helpers import settings
+from tests.helpers import MIXTRAL, MIXTRAL_EXPERTS, settings
 
 DIMS = (((2,), (0,)), ((), ()))
 
@@ -97,8 +97,6 @@ def test_every_target_gives_a_compile_only_device(te, name):
   assert _device(name).platform == "gpu"
 
 
-#: A Mixtral-style MoE at TE's sizes: every MLP GEMM is a routed expert's.
-MIXTRAL = ["decoder_block=mixtral", "num_experts=4", "num_experts_per_tok=2", "base_moe_mlp_dim=256"]
 #: The tiny model at TE's sizes: RHT wants 64 token rows and 128 columns per device.
 TINY_TE = ["base_emb_dim=128", "head_dim=32", "base_mlp_dim=256", "per_device_batch_size=1", "max_target_length=128"]
 
@@ -140,7 +138,7 @@ def test_te_train_step_compiles_for_blackwell(te, blackwell, overrides, count, t
   compiled = _train_step([*backend, *overrides], target, count)
   gemms = 2 if "fused_mlp=true" in overrides else 3  # MLP GEMMs per layer body: wi (or wi_0, wi_1) and wo
   if "decoder_block=mixtral" in overrides:  # per expert: fprop, dgrad and wgrad of wi_0, wi_1 and wo
-    gemms = 3 * 3 * int(next(o for o in MIXTRAL if o.startswith("num_experts=")).split("=")[1])
+    gemms = 3 * 3 * MIXTRAL_EXPERTS
   assert _te_gemms(compiled) >= gemms, "TE's FP4 GEMMs did not survive to the executable"
   memory = compiled.memory_analysis()
   assert 0 < memory.argument_size_in_bytes and 0 < memory.temp_size_in_bytes < TARGETS[target].memory_bytes

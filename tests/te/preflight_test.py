@@ -76,6 +76,16 @@ def test_a_tiny_te_nvfp4_step_fits_one_b200_and_reports_te_and_the_plugins_bytes
   assert "the audit (nvfp4_audit_interval=5): +" in proc.stdout and "per step on average: +" in proc.stdout
 
 
+def _by_origin(program: dict) -> dict[str, float]:
+  """A predicted program's elementwise group by origin (issue 36), summed over phases; its rows sum to the group."""
+  rows = program["elementwise_by_origin"]
+  assert sum(row["seconds"] for row in rows) == pytest.approx(program["seconds"]["elementwise"], rel=1e-9)
+  split: dict[str, float] = {}
+  for row in rows:
+    split[row["origin"]] = split.get(row["origin"], 0.0) + row["seconds"]
+  return split
+
+
 def test_predict_reports_step_times_ratios_and_where_the_time_goes(te, tmp_path):
   """--predict against maxtext's fp8 on one B200 for a run with statistics every 10th step: three compiles of the
   tiny model (the run, the run without its statistics, fp8 with the taps off as maxtext's fp8 requires), the
@@ -98,12 +108,7 @@ def test_predict_reports_step_times_ratios_and_where_the_time_goes(te, tmp_path)
   assert prediction["compared_programs"]["fp8"]["overrides"] == ["quantization=fp8",
                                                                  *(f"{tap.key}=0" for tap in _taps())]
   assert prediction["tap_seconds"]["nvfp4_stats_interval"] > 0
-  split = {name: {} for name in ("run", "fp8")}  # the elementwise group by origin (issue 36), summed over phases
-  for name, program in (("run", run), ("fp8", fp8)):
-    rows = program["elementwise_by_origin"]
-    assert sum(row["seconds"] for row in rows) == pytest.approx(program["seconds"]["elementwise"], rel=1e-9)
-    for row in rows:
-      split[name][row["origin"]] = split[name].get(row["origin"], 0.0) + row["seconds"]
+  split = {"run": _by_origin(run), "fp8": _by_origin(fp8)}
   for origin in ("TE NVFP4 quantize, RHT amax", "non-finite guard", "statistics, audit"):
     assert split["run"][origin] > 0 and split["fp8"][origin] == 0, origin
   assert split["fp8"]["FP8 quantization"] > 0
@@ -125,10 +130,7 @@ def test_the_fused_backends_prediction_files_our_quantizer_under_its_own_origin(
   proc = _preflight(str(TINY_YML.relative_to(REPO_ROOT)), *TINY_TE, "nvfp4_backend=fused", "--target", "b200",
                     "--devices", "1", "--no-overhead", "--predict-against", "fp8", "--json", str(out))
   assert proc.returncode == 0, proc.stderr[-3000:]
-  rows = json.loads(out.read_text())["prediction"]["run"]["elementwise_by_origin"]
-  split = {}
-  for row in rows:
-    split[row["origin"]] = split.get(row["origin"], 0.0) + row["seconds"]
+  split = _by_origin(json.loads(out.read_text())["prediction"]["run"])
   assert split.get("our NVFP4 quantizer", 0) > 0 and split.get("TE NVFP4 quantize, RHT amax", 0) == 0, split
   assert "  our NVFP4 quantizer, backward" in proc.stdout
 
