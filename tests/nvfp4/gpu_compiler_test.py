@@ -234,14 +234,15 @@ def test_a_nonfinite_operand_stays_nonfinite_under_the_gpu_compiler():
 
 
 def test_the_fused_backends_codes_and_scales_are_the_same():
-  """quantize_codes (what the fused backend hands NVIDIA's block-scaled GEMM): the wgrad operand with RHT and SR
-  along M, and a weight's 16x16 tiles."""
+  """quantize_codes (what the fused backend hands NVIDIA's block-scaled GEMM): fprop's x along K (nearest, on the
+  ties of the activations), the wgrad operand with RHT and SR along M, and a weight's 16x16 tiles."""
   x, w, key = _activations(5, (128, 64)), _activations(6, (64, 96)) * 0.1, jax.random.key(4)
 
   def f(x32, w32, key):
+    x_k = quantize_codes(x32.astype(jnp.bfloat16), "1d")
     dy_t = quantize_codes(x32.astype(jnp.bfloat16), "1d", rht=True, stochastic_rounding=True, key=key, axis=0)
     tiles = quantize_codes(w32.astype(jnp.bfloat16), "2d")
-    return [(q.codes.astype(jnp.float32), q.scales, q.amax) for q in (dy_t, tiles)]
+    return [(q.codes.astype(jnp.float32), q.scales, q.amax) for q in (x_k, dy_t, tiles)]
 
   _assert_same(gpu_like(f)(x, w, key), cpu(f)(x, w, key))
 
