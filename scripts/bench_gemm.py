@@ -8,6 +8,8 @@ maxtext's DenseGeneral passes them (it casts the f32 kernel to the compute dtype
                     as 3D (batch 4, seq, embed); XLA:CPU runs its backward on a much slower path than the 2D one
   te_nvfp4          nvfp4_dot_general, NVIDIA's recipe (2D weights, RHT and stochastic rounding in wgrad)
   te_nvfp4_no_rht   the same without RHT
+  te_nvfp4_fused    the same quantized operands (bit for bit) multiplied by `jax.nn.scaled_matmul` on their codes
+                    and scales: the fused backend's GEMM away from Blackwell (a dequantize + dot there too)
   jax_nvfp4         `jax.nn.scaled_dot_general` with JAX's nvfp4 config (it quantizes as it sees fit; no RHT,
                     no SR, no 2D weights: a reference point for what a library emulation costs here)
 Calls are timed round-robin (one call of each mode per repeat), so load from other processes hits every mode
@@ -32,7 +34,8 @@ _REPO = pathlib.Path(__file__).resolve().parents[1]
 if str(_REPO) not in sys.path:
   sys.path.insert(0, str(_REPO))  # run as a file from the repo root: import this checkout's MaxText
 
-from MaxText.nvfp4.gemm import MATMUL_DIMS, GemmRecipe, nvfp4_dot_general  # noqa: E402  pylint: disable=wrong-import-position
+from MaxText.nvfp4.gemm import (  # noqa: E402  pylint: disable=wrong-import-position
+    MATMUL_DIMS, GemmRecipe, nvfp4_dot_general, scaled_matmul_gemm)
 
 
 def _modes(key: jax.Array) -> dict[str, Callable[[jax.Array, jax.Array], jax.Array]]:
@@ -43,6 +46,8 @@ def _modes(key: jax.Array) -> dict[str, Callable[[jax.Array, jax.Array], jax.Arr
                  .reshape(x.shape[0], w.shape[1]),
       "te_nvfp4": lambda x, w: nvfp4_dot_general(x, w, MATMUL_DIMS, key=key, recipe=GemmRecipe()),
       "te_nvfp4_no_rht": lambda x, w: nvfp4_dot_general(x, w, MATMUL_DIMS, key=key, recipe=GemmRecipe(rht=False)),
+      "te_nvfp4_fused": lambda x, w: nvfp4_dot_general(x, w, MATMUL_DIMS, key=key, recipe=GemmRecipe(),
+                                                      block_gemm=scaled_matmul_gemm),
       "jax_nvfp4": lambda x, w: jax.nn.scaled_dot_general(x, w, MATMUL_DIMS, preferred_element_type=x.dtype,
                                                           configs=jax_nvfp4),
   }

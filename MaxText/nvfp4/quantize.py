@@ -136,10 +136,19 @@ def block_amax(blocks: jax.Array, axes: tuple[int, ...]) -> tuple[jax.Array, jax
   finite = jnp.where(bits > inf_bits, bits & bits.dtype.type(0), bits)  # not zeros_like: formats.anchored
   axes = tuple(sorted(a % blocks.ndim for a in axes))
   zero = bits.dtype.type(0)
-  # One variadic reduction: both maxima in a single pass over the blocks on every backend (XLA:CPU ran two
-  # separate reductions of two jnp.max calls, each reading the operand).
-  both = jax.lax.reduce((bits, finite), (zero, zero),
-                        lambda a, b: (jnp.maximum(a[0], b[0]), jnp.maximum(a[1], b[1])), axes)
+
+  def variadic(bits: jax.Array, finite: jax.Array) -> tuple[jax.Array, jax.Array]:
+    return jax.lax.reduce((bits, finite), (zero, zero),
+                          lambda a, b: (jnp.maximum(a[0], b[0]), jnp.maximum(a[1], b[1])), axes)
+
+  def siblings(bits: jax.Array, finite: jax.Array) -> tuple[jax.Array, jax.Array]:
+    return jax.lax.reduce(bits, zero, jax.lax.max, axes), jax.lax.reduce(finite, zero, jax.lax.max, axes)
+
+  # Both maxima in one pass over the blocks either way, but written for each compiler: XLA:CPU runs two reductions
+  # as two passes, so it gets one variadic reduction; XLA:GPU fuses two sibling reductions into one vectorized
+  # kernel, while a variadic one over 16-element rows takes a warp per row (8x the threads; a 1x16 quantize of
+  # 8192^2 bf16 on an H200 took 0.83 ms against 0.39 ms with sibling reductions).
+  both = jax.lax.platform_dependent(bits, finite, cpu=variadic, default=siblings)
   kept = tuple(1 if d in axes else n for d, n in enumerate(blocks.shape))
   return tuple(_from_abs_bits(m.reshape(kept), blocks.dtype) for m in both)
 
