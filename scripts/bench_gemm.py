@@ -34,8 +34,7 @@ _REPO = pathlib.Path(__file__).resolve().parents[1]
 if str(_REPO) not in sys.path:
   sys.path.insert(0, str(_REPO))  # run as a file from the repo root: import this checkout's MaxText
 
-from MaxText.nvfp4.gemm import (  # noqa: E402  pylint: disable=wrong-import-position
-    MATMUL_DIMS, GemmRecipe, nvfp4_dot_general, scaled_matmul_gemm)
+from MaxText.nvfp4.gemm import MATMUL_DIMS, GemmRecipe, nvfp4_dot_general, scaled_matmul_gemm  # noqa: E402  pylint: disable=wrong-import-position
 
 
 def _modes(key: jax.Array) -> dict[str, Callable[[jax.Array, jax.Array], jax.Array]]:
