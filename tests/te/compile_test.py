@@ -154,9 +154,12 @@ def test_te_train_step_compiles_for_blackwell(te, blackwell, overrides, count, t
   assert 0 < memory.argument_size_in_bytes and 0 < memory.temp_size_in_bytes < TARGETS[target].memory_bytes
 
 
-def test_emulated_train_step_compiles_for_h100(te):
+@pytest.mark.parametrize("backend", ["emulated", "fused"])
+def test_train_step_compiles_for_h100(te, backend):
+  """What a Hopper user runs: the emulated step, and the fused one, whose codes and scales go to jax.nn.scaled_matmul
+  (XLA's block-scaled dot, a dequantize + dot on Hopper): no TE GEMM either way (TE refuses NVFP4 there)."""
   del te
-  compiled = _train_step(["quantization=te_nvfp4", "nvfp4_backend=emulated"], "h100", 1)
+  compiled = _train_step(["quantization=te_nvfp4", f"nvfp4_backend={backend}"], "h100", 1)
   assert _te_gemms(compiled) == 0 and compiled.memory_analysis().temp_size_in_bytes > 0
 
 
