@@ -9,7 +9,8 @@ is reported as a multiple of it (issue 11's target: te_nvfp4 and te_nvfp4_no_rht
 With --rounds R the precisions run R times in turn and each keeps its lowest median: other processes on a
 shared machine slow whichever run they overlap, and the fastest round is the least disturbed. The JSON keeps each
 row's losses too; `--precisions ... te_nvfp4_fused` adds the fused backend (nvfp4_backend=fused), and the table then
-gives its largest loss difference from te_nvfp4 (the same quantized operands, another GEMM).
+gives its largest loss difference from te_nvfp4 (the same quantized operands, another GEMM). The runs use jax's CPU
+backend unless JAX_PLATFORMS says otherwise: on a GPU, `JAX_PLATFORMS=cuda ... hardware=gpu`.
 
   .venv/bin/python scripts/bench_step.py --config configs/bench_mlp.yml
   .venv/bin/python scripts/bench_step.py [--config configs/tiny.yml] [--steps 30] [--rounds 1]
