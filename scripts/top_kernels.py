@@ -10,7 +10,11 @@ quantization) by predicted milliseconds per step, with their bytes per run, runs
 stack, cut to its last parts), then the same time summed by the op_name's last jax primitive. Why: the fused
 backend's quantizer is plain jnp compiled by XLA, and this is how to see which of its operations XLA did not fuse
 or fused into a kernel that moves float32 intermediates (issue: the fused backend's elementwise cost). The numbers
-are the pre-flight's roofline at the datasheet peaks: what it does not see is in docs/prediction.md.
+are the pre-flight's roofline at the datasheet peaks: what it does not see is in docs/prediction.md. Beside each
+kernel's predicted time, "instr ms" is the time its instructions take at one per lane per clock (a count of its fused
+ops times their elements, MaxText.preflight.classify; 0 for kernels other than elementwise fusions), and the last
+table sums both by origin: a kernel whose instructions take longer than its bytes is bound by arithmetic, which the
+prediction does not price.
 """
 
 from __future__ import annotations
@@ -47,7 +51,7 @@ def main(argv: list[str]) -> None:
   # pylint: disable=import-outside-toplevel  # jax, maxtext and TE: after the arguments hold (seconds)
   from MaxText.backends import environment
   from MaxText.integration import seam, shapes
-  from MaxText.preflight import kernels, library, predict
+  from MaxText.preflight import kernels, library, origins, predict
   from MaxText.preflight.targets import TARGETS
   # pylint: enable=import-outside-toplevel
 
@@ -59,20 +63,33 @@ def main(argv: list[str]) -> None:
   if args.hlo:
     args.hlo.write_text(text)
   found = kernels.kernels(text)
-  peaks, widths = TARGETS[args.target].peaks, shapes.mlp_widths(config)
+  target = TARGETS[args.target]
+  peaks, widths = target.peaks, shapes.mlp_widths(config)
   rows = []
   for k in found:
     if predict.group_of(k, widths).value != args.group:
       continue
     ms = 1e3 * predict.kernel_seconds(k, peaks) * k.runs
-    rows.append({"ms_per_step": ms, "bytes": k.bytes, "runs": k.runs, "opcode": k.opcode, "name": k.name,
-                 "op_name": k.attributed, "results": list(k.results)})
+    instr_ms = 1e3 * k.work.lane_ops / target.lane_ops_per_second * k.runs
+    rows.append({"ms_per_step": ms, "instructions_ms_per_step": instr_ms, "bytes": k.bytes, "runs": k.runs,
+                 "opcode": k.opcode, "name": k.name, "op_name": k.attributed, "origin": str(origins.origin(k)),
+                 "results": list(k.results)})
   rows.sort(key=lambda r: -r["ms_per_step"])
   total = sum(r["ms_per_step"] for r in rows)
-  print(f"{args.group}: {total:.1f} ms per step in {len(rows)} kernels ({args.devices} x {TARGETS[args.target].name})")
-  print(f"{'ms/step':>8} {'MB/run':>8} {'runs':>5}  op_name (last parts)")
+  print(f"{args.group}: {total:.1f} ms per step in {len(rows)} kernels ({args.devices} x {target.name})")
+  print(f"{'ms/step':>8} {'instr ms':>8} {'MB/run':>8} {'runs':>5}  op_name (last parts)")
   for r in rows[:args.top]:
-    print(f"{r['ms_per_step']:8.2f} {r['bytes'] / 1e6:8.1f} {r['runs']:5d}  {r['name']}  {_tail(r['op_name'])}")
+    print(f"{r['ms_per_step']:8.2f} {r['instructions_ms_per_step']:8.2f} {r['bytes'] / 1e6:8.1f} {r['runs']:5d}  "
+          f"{r['name']}  {_tail(r['op_name'])}")
+  by_origin: dict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0.0])
+  for r in rows:
+    by_origin[r["origin"]][0] += r["ms_per_step"]
+    by_origin[r["origin"]][1] += max(r["ms_per_step"], r["instructions_ms_per_step"])
+  print(f"\nby origin, ms per step: the prediction's (bytes), and each kernel at its bytes or its instructions, "
+        f"whichever takes longer ({target.lane_ops_per_second / 1e12:.1f} T instructions/s: "
+        f"{target.sm_count} SMs x 128 lanes x {target.clock_ghz} GHz; classify._lane_ops)")
+  for name, (by_bytes, either) in sorted(by_origin.items(), key=lambda kv: -kv[1][1]):
+    print(f"{by_bytes:8.2f} {either:8.2f}  {name}")
   by_op: dict[str, float] = collections.defaultdict(float)
   for r in rows:
     by_op[r["op_name"].split("/")[-1] or r["opcode"]] += r["ms_per_step"]
@@ -81,7 +98,7 @@ def main(argv: list[str]) -> None:
     print(f"{ms:8.2f}  {op}")
   if args.json:
     args.json.write_text(json.dumps({"group": args.group, "total_ms": total, "kernels": rows,
-                                     "by_primitive_ms": by_op}, indent=1))
+                                     "by_primitive_ms": by_op, "by_origin_ms": by_origin}, indent=1))
     print(f"wrote {args.json}")
 
 

@@ -66,6 +66,7 @@ class Work:
   wire_bytes: int = 0
   group: int = 1
   gemm_dims: tuple[int, int, int] | None = None
+  lane_ops: int = 0  # an elementwise fusion's instructions per run, one per element per fused op (`_lane_ops`)
 
 
 #: Element types by the GEMM math type they run in.
@@ -222,6 +223,35 @@ def _layout_shapes(inst: Instruction) -> list[str]:
   return [f"{dtype}[{dims}]" for dtype, dims in patterns.array.findall(match.group(1))] if match else []
 
 
+#: Fused instructions that execute nothing per element: views, arguments and values fixed at compile time.
+_FREE = frozenset({"parameter", "constant", "bitcast", "broadcast", "reshape", "tuple", "get-tuple-element", "iota"})
+
+
+def _elements(shape: str) -> int:
+  return sum(math.prod(dims) for _, dims in arrays(shape))
+
+
+def _lane_ops(body: Sequence[Instruction]) -> int:
+  """The instructions an elementwise fusion executes, counted as one per result element of each fused op (a reduce:
+  one per element it reads; a dynamic-update-slice: one per element of the update). Why: the roofline prices such
+  a kernel by its bytes alone, and a quantizer written in jnp (exact divisions in integers, E2M1 rounding by
+  compares, stochastic rounding's hash) does far more arithmetic per byte than a norm or an activation. A count,
+  not a measurement: a GPU may fuse a compare and a select into one instruction, and an integer multiply, a
+  conversion or a hash round can take several."""
+  shapes = {inst.name: inst.shape for inst in body}
+  ops = 0
+  for inst in body:
+    if inst.opcode in _FREE:
+      continue
+    if inst.opcode == "reduce":  # its operands are (inputs..., inits...): one op per input element
+      ops += sum(_elements(shapes.get(o, "")) for o in inst.operands[:len(inst.operands) // 2])
+    elif inst.opcode == "dynamic-update-slice":  # in place: only the update is written
+      ops += _elements(shapes.get(inst.operands[1], ""))
+    else:
+      ops += _elements(inst.shape)
+  return ops
+
+
 def _fused(body: Sequence[Instruction], nested: Callable[[str], Sequence[Instruction]]) -> Work:
   """A fusion: the GEMMs (dots) it contains, in its body or in fusions nested in it (XLA's Triton GEMM fusions
   nest their operands' fusions); none: elementwise."""
@@ -236,7 +266,7 @@ def _fused(body: Sequence[Instruction], nested: Callable[[str], Sequence[Instruc
       if inner.math is not Math.ELEMENTWISE:
         found.append(inner)
   if not found:
-    return Work(math=Math.ELEMENTWISE)
+    return Work(math=Math.ELEMENTWISE, lane_ops=_lane_ops(body))
   if len(found) == 1:
     return found[0]
   kinds = {w.math for w in found}

@@ -88,6 +88,13 @@ class Target:
   peaks: Peaks
 
   @property
+  def lane_ops_per_second(self) -> float:
+    """Instructions per second over all its SMs at one per lane per clock: 128 lanes per SM (fpus_per_core in the
+    description XLA reads; Hopper and Blackwell alike), at the clock above. The rate `classify.Work.lane_ops` is set
+    against (scripts/top_kernels.py); the step-time prediction itself prices elementwise kernels by bytes."""
+    return self.sm_count * _LANES_PER_SM * self.clock_ghz * 1e9
+
+  @property
   def nvfp4(self) -> bool:
     """Whether TransformerEngine runs NVFP4 GEMMs on it (Blackwell: compute capability 10.x)."""
     return self.capability[0] >= 10
@@ -98,7 +105,7 @@ class Target:
     return (
         "gpu_device_info {\n"
         "  threads_per_block_limit: 1024 threads_per_warp: 32 shared_memory_per_block: 49152\n"
-        "  shared_memory_per_core: 233472 threads_per_core_limit: 2048 fpus_per_core: 128\n"
+        f"  shared_memory_per_core: 233472 threads_per_core_limit: 2048 fpus_per_core: {_LANES_PER_SM}\n"
         "  block_dim_limit_x: 2147483647 block_dim_limit_y: 65535 block_dim_limit_z: 65535\n"
         "  shared_memory_per_block_optin: 232448 registers_per_core_limit: 65536 registers_per_block_limit: 65536\n"
         f"  core_count: {self.sm_count} memory_bandwidth: {self.memory_bandwidth} l2_cache_size: {self.l2_bytes}\n"
@@ -110,6 +117,9 @@ class Target:
         f'device_description_str: "{self.name}"\n'
     )
 
+
+#: FP32/INT32 lanes per SM (CUDA cores) on Hopper and Blackwell.
+_LANES_PER_SM = 128
 
 #: What GB200 and GB300 share: the Grace-Blackwell compute tray of an NVL72 rack (4 GPUs in one 72-GPU NVLink
 #: domain; the same SM count, HBM bandwidth and L2 as XLA reads them; cuDNN 9.15), and their FP8/BF16/HBM peaks.

@@ -242,6 +242,20 @@ def test_an_fp8_dot_fused_by_xla_is_an_fp8_gemm_and_a_batched_bf16_dot_folds_its
   assert found["loop"].work.math is Math.ELEMENTWISE and found["loop"].work.flops == 0
 
 
+def test_an_elementwise_fusion_counts_one_instruction_per_element_of_each_fused_op():
+  """work.lane_ops (what scripts/top_kernels.py sets against the SMs' lanes): each fused op's result elements, a
+  reduce's input elements, an in-place update's update; parameters, constants and views nothing. GEMMs, TE's calls
+  and collectives count none (the prediction prices those by their FLOPs or bytes)."""
+  found = _by_name()
+  assert found["amax"].work.lane_ops == 1024  # max over bf16[1,1024]: one op per element read
+  assert found["start"].work.lane_ops == 1024  # a bf16[1,1024] row written into the bf16[32,1024] stack
+  assert found["layer"].work.lane_ops == 1024  # the dynamic slice's row; its constant index counts nothing
+  assert found["quantized"].work.lane_ops == 0 and found["gemm"].work.lane_ops == 0
+  classified = _classified()
+  assert classified["loop"].work.lane_ops == 16384 * 14336  # one negate per element
+  assert classified["gemm_fusion"].work.lane_ops == 0
+
+
 def test_te_s_causal_fused_attention_counts_half_of_qk_and_pv():
   attention = _classified()["attn"].work
   assert attention.math is Math.ATTENTION
