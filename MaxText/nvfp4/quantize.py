@@ -44,6 +44,7 @@ from MaxText.nvfp4.formats import (
   anchored,
   divide,
   e2m1_codes,
+  e2m1_grid_codes,
   fmin_flt_max,
   pack_e2m1,
   round_to_e2m1_grid,
@@ -393,7 +394,7 @@ def _codes(x: jax.Array, key: jax.Array | None, *, scaling: Scaling, rht: bool, 
   m, n = x.shape
   compact = (m, n // BLOCK_SIZE) if (scaling is Scaling.ONE_D and axis == 1) else (
       (m // BLOCK_SIZE, n) if scaling is Scaling.ONE_D else (m // BLOCK_SIZE, n // BLOCK_SIZE))
-  return pack_e2m1(e2m1_codes(q.reshape(x.shape)), materialize=False), scales.reshape(compact), amax
+  return pack_e2m1(e2m1_grid_codes(q.reshape(x.shape)), materialize=False), scales.reshape(compact), amax
 
 
 def dequantize(t: Nvfp4Tensor, dtype: jnp.dtype = jnp.float32) -> jax.Array:

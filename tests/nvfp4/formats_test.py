@@ -117,6 +117,21 @@ def test_e2m1_codes_and_packing_equal_the_float4_cast():
   assert bad.size == 0, (bad.size, y[bad[:5]], fast.view(np.uint8)[bad[:5]], cast.view(np.uint8)[bad[:5]])
 
 
+def test_grid_codes_equal_e2m1_codes_on_every_grid_value():
+  """e2m1_grid_codes (the float's bits) == e2m1_codes (compares) for every value on the E2M1 grid, both zeros
+  included, and for round_to_e2m1_grid's output on every bfloat16 pattern scaled onto the grid's range."""
+  grid = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0], np.float32)
+  on_grid = np.concatenate([grid, -grid])
+  every_bf16 = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(jnp.bfloat16).astype(np.float32)
+  rounded = np.asarray(jax.jit(formats.round_to_e2m1_grid)(every_bf16 * np.float32(2.0**-120)))
+  for q in (on_grid, rounded):
+    want = np.asarray(jax.jit(formats.e2m1_codes)(q))
+    got = np.asarray(jax.jit(formats.e2m1_grid_codes)(q))
+    assert got.dtype == np.uint8
+    np.testing.assert_array_equal(got, want)
+  assert set(np.asarray(formats.e2m1_grid_codes(on_grid)).tolist()) == set(range(16))
+
+
 def test_pack_e2m1_keeps_element_order():
   codes = jnp.arange(16, dtype=jnp.uint8).reshape(2, 8)
   got = np.asarray(formats.pack_e2m1(codes)).view(np.uint8).reshape(2, 8)
