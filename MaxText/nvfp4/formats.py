@@ -145,6 +145,15 @@ def anchored(value: Any, like: jnp.ndarray) -> jnp.ndarray:
   return jax.lax.bitcast_convert_type(jax.lax.bitcast_convert_type(value, uint) | zero, value.dtype)
 
 
+def copysign(magnitude: jnp.ndarray, sign: jnp.ndarray) -> jnp.ndarray:
+  """`jnp.copysign` for float32, on the bits: |magnitude| with `sign`'s sign bit (a NaN's too), bit for bit the same.
+  Why: jnp.copysign lowers to an abs, a negate, a sign test and a select per element; this is two ands and an or,
+  in the quantizer's element passes, which a GPU runs bound by their instructions (docs/prediction.md)."""
+  m = jax.lax.bitcast_convert_type(jnp.asarray(magnitude, jnp.float32), jnp.uint32) & np.uint32(0x7FFFFFFF)
+  s = jax.lax.bitcast_convert_type(jnp.asarray(sign, jnp.float32), jnp.uint32) & np.uint32(0x80000000)
+  return jax.lax.bitcast_convert_type(m | s, jnp.float32)
+
+
 def fmin_flt_max(v: jnp.ndarray) -> jnp.ndarray:
   """CUDA's fminf(v, FLT_MAX): clamps +inf to FLT_MAX and, like fminf, turns NaN into FLT_MAX.
 
@@ -269,7 +278,7 @@ def round_to_e2m1_grid(y: jnp.ndarray) -> jnp.ndarray:
   a = jnp.minimum(jnp.abs(y), E2M1_MAX)
   step = e2m1_grid_step(a)
   q = jnp.round(a * e2m1_grid_inverse_step(a)) * step  # jnp.round: half to even
-  return jnp.where(jnp.isnan(y), anchored(E2M1_MAX, y), jnp.copysign(q, y))
+  return jnp.where(jnp.isnan(y), anchored(E2M1_MAX, y), copysign(q, y))
 
 
 def e2m1_neighbours(y: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray, jnp.ndarray]:

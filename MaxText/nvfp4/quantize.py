@@ -42,6 +42,7 @@ from MaxText.nvfp4.formats import (
   TENSOR_SCALE_RANGE,
   UINT_OF_WIDTH,
   anchored,
+  copysign,
   divide,
   e2m1_codes,
   e2m1_grid_codes,
@@ -196,7 +197,7 @@ def _scale_elements(x: jax.Array, enc: jax.Array) -> jax.Array:
   mantissa = bits & np.uint32(0x007FFFFF)
   subnormal = (bits & np.uint32(0x7F800000)) == 0
   rebuilt = (mantissa.astype(jnp.float32) * (enc * np.float32(2.0**-64))) * np.float32(2.0**-85)
-  return jnp.where(subnormal, jnp.copysign(rebuilt, x32), x32 * enc)
+  return jnp.where(subnormal, copysign(rebuilt, x32), x32 * enc)
 
 
 def quantize(

@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from MaxText.nvfp4.formats import E2M1_MAX, anchored, e2m1_grid_inverse_step, e2m1_grid_step
+from MaxText.nvfp4.formats import E2M1_MAX, anchored, copysign, e2m1_grid_inverse_step, e2m1_grid_step
 
 #: Random bits per element: TE consumes 8 (a uniform in {0, 1/256, ..., 255/256}).
 RANDOM_BITS = 8
@@ -75,4 +75,4 @@ def stochastic_round_to_grid(y: jax.Array, bits: jax.Array) -> jax.Array:
   # TE rounds down on the grid at t (step(t)); a carry into the next binade only reaches its first point
   # (2 or 4), which floor(t / step(a)) * step(a) also gives, so one step serves both. /step is a multiply, exact.
   q = jnp.minimum(jnp.floor(t * e2m1_grid_inverse_step(a)) * step, E2M1_MAX)
-  return jnp.where(jnp.isnan(y), anchored(E2M1_MAX, y), jnp.copysign(q, y))
+  return jnp.where(jnp.isnan(y), anchored(E2M1_MAX, y), copysign(q, y))

@@ -160,3 +160,16 @@ def test_round_to_equals_the_cast(dtype, top):
   v = _neighbourhood(dtype, top)
   got = np.asarray(jax.jit(lambda v: formats.round_to(v, dtype))(v))
   np.testing.assert_array_equal(got.view(np.uint32), v.astype(dtype).astype(np.float32).view(np.uint32))
+
+
+def test_copysign_on_the_bits_equals_jnp_copysign():
+  """formats.copysign == jnp.copysign bit for bit, magnitude and sign each from every bf16 pattern's f32 value
+  (both zeros, subnormals, infinities and NaNs of either sign) and a few f32 subnormals and NaN payloads."""
+  every_bf16 = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(jnp.bfloat16).astype(np.float32)
+  extra = np.array([0x00000001, 0x807FFFFF, 0x7FC00001, 0xFFA00000], np.uint32).view(np.float32)
+  values = np.concatenate([every_bf16, extra])
+  rng = np.random.default_rng(0)
+  magnitude, sign = values, rng.permutation(values)
+  got = np.asarray(jax.jit(formats.copysign)(magnitude, sign)).view(np.uint32)
+  want = np.asarray(jax.jit(jnp.copysign)(magnitude, sign)).view(np.uint32)
+  np.testing.assert_array_equal(got, want)
