@@ -55,9 +55,14 @@ def train_metrics(config: str, name: str, overrides: list[str], steps: int, out:
   return [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
 
 
+def step_times(metrics: list[dict]) -> list[float]:
+  """maxtext's per-step times in seconds, from `train_metrics`."""
+  return [float(m["perf/step_time_seconds"]) for m in metrics]
+
+
 def train_step_times(config: str, name: str, overrides: list[str], steps: int, out: pathlib.Path) -> list[float]:
-  """maxtext's per-step times of `train_metrics` (also used by bench_moe)."""
-  return [float(r["perf/step_time_seconds"]) for r in train_metrics(config, name, overrides, steps, out)]
+  """maxtext's per-step times of `train_metrics` (also used by bench_moe and bench_stats)."""
+  return step_times(train_metrics(config, name, overrides, steps, out))
 
 
 def write_json(path: pathlib.Path, payload: dict) -> None:
@@ -86,7 +91,7 @@ def main() -> None:
     for round_ in range(args.rounds):
       for name in names:
         metrics = train_metrics(config, name, [*PRECISIONS[name], *args.overrides], args.steps, pathlib.Path(tmp))
-        times = [float(m["perf/step_time_seconds"]) for m in metrics]
+        times = step_times(metrics)
         losses[name] = [float(m["learning/loss"]) for m in metrics]  # the same every round: fixed seeds
         medians[name].append(statistics.median(times[args.skip:]))
         print(f"  round {round_ + 1}: {name}: {medians[name][-1] * 1e3:.1f} ms", flush=True)

@@ -26,6 +26,7 @@ TINY_YML = CONFIGS_DIR / "tiny.yml"
 #: share one program, compiled once per suite run (the run's compilation cache, tests/conftest.py).
 TINY_SCHEDULE = "learning_rate_schedule_steps=20"
 #: A tiny Mixtral-style MoE (overrides on the tiny model): 4 routed experts, top 2; every MLP GEMM is an expert's.
+#: The expert dim is the tiny model's base_mlp_dim: maxtext wants them equal when every layer is MoE.
 MIXTRAL_EXPERTS = 4
 MIXTRAL = ["decoder_block=mixtral", f"num_experts={MIXTRAL_EXPERTS}", "num_experts_per_tok=2", "base_moe_mlp_dim=256"]
 

@@ -26,8 +26,6 @@ from MaxText.integration.settings import settings_of
 from MaxText.precision.policy import Precision
 from tests.helpers import MIXTRAL, plugin_defaults, read_losses, settings, train_cli
 
-#: Tiny Mixtral-style model on top of configs/tiny.yml (maxtext wants the expert dim = base_mlp_dim when every
-#: layer is MoE).
 #: Tiny DeepSeek-style model: MLA attention, first layer dense, then MoE with one shared expert.
 DEEPSEEK = ["decoder_block=deepseek", "attention_type=mla", "q_lora_rank=0", "kv_lora_rank=16", "qk_nope_head_dim=16",
             "qk_rope_head_dim=16", "v_head_dim=16", "first_num_dense_layers=1", "num_experts=4",
