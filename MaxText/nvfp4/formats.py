@@ -239,9 +239,13 @@ def _divide_exactly(a: jnp.ndarray, b: jnp.ndarray) -> jnp.ndarray:
 
 
 def widen(x: jnp.ndarray) -> jnp.ndarray:
-  """x as float32, its own dtype's rounding kept explicit (round_to): the input a kernel reads is a real bf16
-  tensor, while XLA's GPU compiler would hand a float32 producer's unrounded values through a cast to bf16 and
-  back."""
+  """x as float32, exactly the value x's own dtype holds: the input a kernel reads is a real bf16 tensor, while XLA's
+  GPU compiler would hand a float32 producer's unrounded values through a cast to bf16 and back. bfloat16 widens on
+  its bits (shifted into float32's upper half: two integer operations an element, where a reduce-precision after the
+  cast is several, and a GPU runs the quantizer's passes bound by their instructions); float16 through `round_to`."""
+  if x.dtype == jnp.bfloat16:
+    wide = jax.lax.bitcast_convert_type(x, jnp.uint16).astype(jnp.uint32) << 16
+    return jax.lax.bitcast_convert_type(wide, jnp.float32)
   x32 = x.astype(jnp.float32)
   return x32 if x.dtype == jnp.float32 else round_to(x32, x.dtype)
 
@@ -303,42 +307,48 @@ def e2m1_values(codes: jnp.ndarray) -> jnp.ndarray:
   return jnp.where(((codes >> 3) & 1).astype(bool), -magnitude, magnitude)
 
 
-#: Rounding boundaries of the E2M1 magnitudes, in code order, with the side a tie goes to: a magnitude a gets
-#: code k = the number of boundaries it passes, where it passes (t, "le") when a > t and (t, "lt") when a >= t.
-#: Ties go to the even code: 0.25 -> 0, 0.75 -> 1.0, 1.25 -> 1.0, 1.75 -> 2, 2.5 -> 2, 3.5 -> 4, 5 -> 4.
-_E2M1_BOUNDARIES = ((0.25, "le"), (0.75, "lt"), (1.25, "le"), (1.75, "lt"), (2.5, "le"), (3.5, "lt"), (5.0, "le"))
+def _f32_bits(value: float) -> np.uint32:
+  return np.float32(value).view(np.uint32)
+
+
+#: float32 bit patterns the E2M1 coding compares and adds on, as unsigned integers: for magnitudes (sign bit clear)
+#: the integers' order is the floats' order, with every NaN above +inf.
+_E2M1_MAX_BITS = _f32_bits(E2M1_MAX)
+E2M1_MIN_NORMAL_BITS = _f32_bits(1.0)  # E2M1's smallest normal value: below it the grid is 0, 0.5, 1
+_INF_BITS = _f32_bits(np.inf)
+#: float32's mantissa bits below E2M1's one: an E2M1 normal value v has bits(v) >> 22 = (exponent << 1) | mantissa bit,
+#: 254 for 1.0, whose code is 2, up to 259 for 6.0, code 7 (the codes of 1, 1.5, 2, 3, 4, 6 count up with it).
+E2M1_DROPPED_BITS = 23 - 1
+E2M1_CODE_OFFSET = int(E2M1_MIN_NORMAL_BITS >> E2M1_DROPPED_BITS) - 2
+
+
+def e2m1_clamped_bits(y: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
+  """(min(|y|, 6) as float32 bits, uint32, NaN -> 6; y's sign as the code's bit 3, 0 for NaN): what both roundings
+  to E2M1 codes start from. One integer min saturates and catches NaN (its bits lie above 6's)."""
+  bits = jax.lax.bitcast_convert_type(jnp.asarray(y, jnp.float32), jnp.uint32)
+  magnitude = bits & np.uint32(0x7FFFFFFF)
+  sign = (bits >> 31) * (magnitude <= _INF_BITS).astype(jnp.uint32)  # a NaN codes +6, as the kernels' cvt gives
+  return jnp.minimum(magnitude, _E2M1_MAX_BITS), sign << 3
 
 
 def e2m1_codes(y: jnp.ndarray) -> jnp.ndarray:
   """float32 -> E2M1 bit patterns (uint8, low nibble): nearest value, ties to the even code, saturating at +-6.
 
-  Equal to `round_to_e2m1_grid(y).astype(E2M1)` bit for bit (NaN -> +6, signed zero kept) at a fraction of the
-  cost: XLA:CPU converts to float4 one scalar at a time, while these are 7 vectorized compares. Each compare is
-  written negated (not a <= t) so that NaN, which fails every compare, passes every boundary and gets code 7.
+  Equal to `round_to_e2m1_grid(y).astype(E2M1)` bit for bit (NaN -> +6, signed zero kept), computed on y's bits.
+  Why: XLA:CPU converts to float4 one scalar at a time, and on a GPU the quantizer's element passes are bound by their
+  instructions (docs/prediction.md); this is about 18 integer and float operations an element where rounding on the
+  grid and coding the result took about 37.
+  From 1 up, E2M1 keeps one of float32's 23 mantissa bits: adding 2**21 - 1 plus the kept bit to the bits rounds the
+  dropped 22 half to even (a carry moves into the exponent, onto the next binade's first point), and the kept bits
+  count the codes (E2M1_CODE_OFFSET). Below 1 the grid is 0, 0.5, 1 (codes 0, 1, 2): the code is 2|y| rounded half
+  to even, exact in float32.
   """
-  a = jnp.abs(y)
-  code = None  # the first boundary's flag starts the count (jnp.zeros would be a constant: see `anchored`)
-  for t, side in _E2M1_BOUNDARIES:
-    stays = (a <= np.float32(t)) if side == "le" else (a < np.float32(t))
-    passed = jnp.logical_not(stays).astype(jnp.uint8)
-    code = passed if code is None else code + passed
-  negative = jnp.signbit(y) & jnp.logical_not(jnp.isnan(y))
-  return code | (negative.astype(jnp.uint8) << 3)
-
-
-def e2m1_grid_codes(q: jnp.ndarray) -> jnp.ndarray:
-  """float32 values already on the E2M1 grid (what `round_to_e2m1_grid` and stochastic rounding return: never NaN)
-  -> their E2M1 bit patterns (uint8, low nibble, signed zero kept): `e2m1_codes(q)` bit for bit on the grid.
-
-  Why: `e2m1_codes` rounds as it codes (7 compares, their negations and conversions, the sum); a value already on
-  the grid needs only its float bits. t = |q|'s exponent and first mantissa bit (bits >> 22) is 254..259 for 1, 1.5,
-  2, 3, 4, 6, whose codes are t - 252; 0.5 (t = 252) is code 1, and 0 is 0. The fused backend's codes passes, bound
-  by their instructions on a GPU, counted 131.8 -> 97.9 ms per step of the 8B recipe with it (docs/prediction.md).
-  """
-  bits = jax.lax.bitcast_convert_type(q.astype(jnp.float32), jnp.uint32)
-  t = ((bits & np.uint32(0x7FFFFFFF)) >> 22).astype(jnp.int32)
-  magnitude = jnp.maximum(t - 252 + (t == 252).astype(jnp.int32), 0)
-  return (magnitude.astype(jnp.uint32) | ((bits >> 31) << 3)).astype(jnp.uint8)
+  magnitude, sign = e2m1_clamped_bits(y)
+  # 2**21 - 1 and the offset in one constant (mod 2**32: below 1 the sum wraps, and `small` is taken there).
+  half_ulp = np.uint32(((1 << (E2M1_DROPPED_BITS - 1)) - 1 - (E2M1_CODE_OFFSET << E2M1_DROPPED_BITS)) % (1 << 32))
+  normal = (magnitude + half_ulp + ((magnitude >> E2M1_DROPPED_BITS) & np.uint32(1))) >> E2M1_DROPPED_BITS
+  small = jnp.round(jax.lax.bitcast_convert_type(magnitude, jnp.float32) * np.float32(2.0)).astype(jnp.uint32)
+  return (jnp.where(magnitude >= E2M1_MIN_NORMAL_BITS, normal, small) | sign).astype(jnp.uint8)
 
 
 def pack_e2m1(codes: jnp.ndarray, materialize: bool = True) -> jnp.ndarray:

@@ -45,7 +45,6 @@ from MaxText.nvfp4.formats import (
   copysign,
   divide,
   e2m1_codes,
-  e2m1_grid_codes,
   fmin_flt_max,
   pack_e2m1,
   round_to_e2m1_grid,
@@ -186,13 +185,19 @@ def blocked(x: jax.Array, scaling: Scaling, axis: int) -> tuple[jax.Array, tuple
 def _scale_elements(x: jax.Array, enc: jax.Array) -> jax.Array:
   """x * enc in float32, exact for subnormal x too (one IEEE multiply, as on the GPU).
 
-  XLA:CPU flushes float32 subnormals to zero, so x * enc would give 0 where TE's kernel gives, for example,
-  1e-39 * FLT_MAX = 0.34 -> E2M1 0.5 (a block whose scale underflowed to 0 has enc = FLT_MAX). For those
-  elements the product is rebuilt from the integer mantissa m (x = m * 2**-149):
+  On a GPU that is the plain product (XLA:GPU keeps float32 subnormals: its xla_gpu_ftz is off by default). XLA:CPU
+  flushes float32 subnormals to zero, so x * enc would give 0 where TE's kernel gives, for example,
+  1e-39 * FLT_MAX = 0.34 -> E2M1 0.5 (a block whose scale underflowed to 0 has enc = FLT_MAX). On the CPU those
+  elements' products are rebuilt from the integer mantissa m (x = m * 2**-149):
   (f32(m) * (enc * 2**-64)) * 2**-85 rounds once and then scales exactly whenever the result is normal, and
-  a result below the normal range is 0 in E2M1 either way. enc >= 2**-62 whenever that matters.
+  a result below the normal range is 0 in E2M1 either way. enc >= 2**-62 whenever that matters. Why not the rebuild
+  everywhere: ten operations an element, in passes a GPU runs bound by their instructions (docs/prediction.md).
   """
   x32 = widen(x)
+  return jax.lax.platform_dependent(x32, enc, cpu=_scale_rebuilding_subnormals, default=jnp.multiply)
+
+
+def _scale_rebuilding_subnormals(x32: jax.Array, enc: jax.Array) -> jax.Array:
   bits = jax.lax.bitcast_convert_type(x32, jnp.uint32)
   mantissa = bits & np.uint32(0x007FFFFF)
   subnormal = (bits & np.uint32(0x7F800000)) == 0
@@ -230,10 +235,9 @@ def quantize(
   scaling = Scaling(scaling)
   check_input(x, scaling, stochastic_rounding, key, -1)
   y, s8, _, amax = encode(x, scaling, rht, -1)
-  if stochastic_rounding:
-    y = rounding.stochastic_round_to_grid(y, rounding.random_bits(key, y.shape))
-  # E2M1 codes by compares, packed and bitcast: XLA:CPU's float4 conversion runs one scalar at a time.
-  data = pack_e2m1(e2m1_codes(y).reshape(x.shape))
+  # E2M1 codes on the bits, packed and bitcast: XLA:CPU's float4 conversion runs one scalar at a time.
+  codes = rounding.stochastic_e2m1_codes(y, rounding.random_bits(key, y.shape)) if stochastic_rounding else e2m1_codes(y)
+  data = pack_e2m1(codes.reshape(x.shape))
   # 2D: every row of a tile's 16 rows repeats the tile's scale, so scales are stored 1D-style.
   scale = s8 if scaling is Scaling.ONE_D else jnp.broadcast_to(s8, s8.shape[:-3] + (BLOCK_SIZE,) + s8.shape[-2:])
   scale = scale.reshape(*x.shape[:-1], x.shape[-1] // BLOCK_SIZE)
@@ -304,17 +308,21 @@ def _operand(x: jax.Array, scaling: Scaling | str, stochastic_rounding: bool, ke
   return x, scaling, axis
 
 
-def _rounded(x: jax.Array, key: jax.Array | None, scaling: Scaling, rht: bool, axis: int
+def _rounded(x: jax.Array, key: jax.Array | None, scaling: Scaling, rht: bool, axis: int, as_codes: bool = False
              ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
-  """(elements on the E2M1 grid, blocked; e4m3 scales, blocked; block amaxes, blocked; global amax): what both GEMM
-  operand forms (`quantize_block_scaled`, `quantize_codes`) are made of, so that the two are the same numbers."""
+  """(elements rounded to E2M1, blocked: float32 grid values, or with `as_codes` their E2M1 bit patterns (uint8);
+  e4m3 scales, blocked; block amaxes, blocked; global amax): what both GEMM operand forms (`quantize_block_scaled`,
+  `quantize_codes`) are made of, one rounding rule each way (tests/nvfp4/formats_test.py, rounding_test.py hold the
+  codes to the values' float4 cast, bit for bit)."""
   y, s8, bamax, amax = encode(x, scaling, rht, axis)
   if key is not None:
     # The bits x's transpose (block axis last) would draw, in x's layout.
     order = tuple(d for d in range(x.ndim) if d != axis) + (axis,)
     bits = rounding.random_bits(key, x.shape, order).reshape(y.shape)
-    return rounding.stochastic_round_to_grid(y, bits), s8, bamax, amax
-  return round_to_e2m1_grid(y), s8, bamax, amax
+    rounded = rounding.stochastic_e2m1_codes(y, bits) if as_codes else rounding.stochastic_round_to_grid(y, bits)
+  else:
+    rounded = e2m1_codes(y) if as_codes else round_to_e2m1_grid(y)
+  return rounded, s8, bamax, amax
 
 
 @functools.partial(jax.jit, static_argnames=("scaling", "rht", "axis"))
@@ -390,12 +398,12 @@ def quantize_codes(
 def _codes(x: jax.Array, key: jax.Array | None, *, scaling: Scaling, rht: bool, axis: int
            ) -> tuple[jax.Array, jax.Array, jax.Array]:
   """quantize_codes after its checks, jitted for the reason `_block_scaled` is."""
-  q, s8, bamax, amax = _rounded(x, key, scaling, rht, axis)
+  codes, s8, bamax, amax = _rounded(x, key, scaling, rht, axis, as_codes=True)
   scales = jnp.where(jnp.isfinite(bamax), s8.astype(jnp.float32), anchored(np.float32(np.nan), bamax)).astype(s8.dtype)
   m, n = x.shape
   compact = (m, n // BLOCK_SIZE) if (scaling is Scaling.ONE_D and axis == 1) else (
       (m // BLOCK_SIZE, n) if scaling is Scaling.ONE_D else (m // BLOCK_SIZE, n // BLOCK_SIZE))
-  return pack_e2m1(e2m1_grid_codes(q.reshape(x.shape)), materialize=False), scales.reshape(compact), amax
+  return pack_e2m1(codes.reshape(x.shape), materialize=False), scales.reshape(compact), amax
 
 
 def dequantize(t: Nvfp4Tensor, dtype: jnp.dtype = jnp.float32) -> jax.Array:

@@ -11,7 +11,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from MaxText.nvfp4.formats import E2M1_MAX, anchored, copysign, e2m1_grid_inverse_step, e2m1_grid_step
+from MaxText.nvfp4.formats import (
+  E2M1_CODE_OFFSET,
+  E2M1_DROPPED_BITS,
+  E2M1_MAX,
+  E2M1_MIN_NORMAL_BITS,
+  anchored,
+  copysign,
+  e2m1_clamped_bits,
+  e2m1_grid_inverse_step,
+  e2m1_grid_step,
+)
 
 #: Random bits per element: TE consumes 8 (a uniform in {0, 1/256, ..., 255/256}).
 RANDOM_BITS = 8
@@ -76,3 +86,21 @@ def stochastic_round_to_grid(y: jax.Array, bits: jax.Array) -> jax.Array:
   # (2 or 4), which floor(t / step(a)) * step(a) also gives, so one step serves both. /step is a multiply, exact.
   q = jnp.minimum(jnp.floor(t * e2m1_grid_inverse_step(a)) * step, E2M1_MAX)
   return jnp.where(jnp.isnan(y), anchored(E2M1_MAX, y), copysign(q, y))
+
+
+def stochastic_e2m1_codes(y: jax.Array, bits: jax.Array) -> jax.Array:
+  """`stochastic_round_to_grid(y, bits)`'s E2M1 bit patterns (uint8, low nibble), bit for bit, without making the
+  rounded value: what the fused backend's GEMM operands store, in about half the operations of rounding and coding.
+
+  t = a + (r / 256) * step(a) is the rule's own float32 sum. From 1 up, E2M1 keeps one of float32's mantissa bits
+  and the step is that bit, so rounding t down is t's bits >> 22 (formats.e2m1_codes): a carry lands on the next
+  binade's first point, as the rule's floor does, and 6 plus less than a step stays 6. Below 1 the code is floor(2 t).
+  The random bits enter once, through the one sum: read in two places, XLA:GPU's cost model charges the hash twice
+  and writes the bits out in a kernel of their own instead of fusing it into this pass.
+  """
+  magnitude, sign = e2m1_clamped_bits(y)
+  a = jax.lax.bitcast_convert_type(magnitude, jnp.float32)
+  t = a + bits.astype(jnp.float32) * (_BIT_SCALE * e2m1_grid_step(a))
+  normal = (jax.lax.bitcast_convert_type(t, jnp.uint32) >> E2M1_DROPPED_BITS) - np.uint32(E2M1_CODE_OFFSET)
+  small = jnp.floor(t * np.float32(2.0)).astype(jnp.uint32)  # 1 / the grid step below 1
+  return (jnp.where(magnitude >= E2M1_MIN_NORMAL_BITS, normal, small) | sign).astype(jnp.uint8)

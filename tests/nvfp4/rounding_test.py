@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from MaxText.nvfp4 import dequantize, quantize, rounding
-from MaxText.nvfp4.formats import E2M1_MAGNITUDES
+from MaxText.nvfp4.formats import E2M1, E2M1_MAGNITUDES
+from tests.nvfp4.helpers import e2m1_test_inputs
 
 
 def _sr(y: np.ndarray, key: jax.Array) -> np.ndarray:
@@ -78,3 +79,18 @@ def test_random_bits_are_uniform_and_shape_deterministic():
 
 def test_nan_goes_to_plus_six():
   assert float(_sr(np.array([np.nan], np.float32), jax.random.key(0))[0]) == 6.0
+
+
+def test_stochastic_codes_equal_the_rounded_values_float4_cast():
+  """stochastic_e2m1_codes (on the float's bits) == the float4 cast of stochastic_round_to_grid (ml_dtypes', on the
+  host), bit for bit, for every one of the 256 random-bit values on `e2m1_test_inputs` (red with the sum's carry or
+  the half step below 1 changed)."""
+  y = e2m1_test_inputs()
+  sr_values = jax.jit(rounding.stochastic_round_to_grid)
+  sr_codes = jax.jit(rounding.stochastic_e2m1_codes)
+  for r in range(256):
+    bits = np.full(y.shape, r, np.uint8)
+    cast = np.asarray(sr_values(y, bits)).astype(E2M1).view(np.uint8)
+    got = np.asarray(sr_codes(y, bits))
+    bad = np.flatnonzero(got != cast)
+    assert bad.size == 0, (r, bad.size, y[bad[:5]], got[bad[:5]], cast[bad[:5]])
