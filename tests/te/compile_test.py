@@ -101,6 +101,38 @@ def test_fused_nvfp4_gemm_compiles_to_te_gemms_on_our_operands_for_blackwell(te,
   assert not _variadic_row_reductions(text)
 
 
+@pytest.mark.parametrize("stochastic,axis,most", [(False, 1, 25), (True, 0, 53)])
+def test_fused_operand_codes_are_one_pass_of_few_instructions_an_element(te, stochastic, axis, most):
+  """The fused backend's GEMM operand (quantize_codes of an 8192 x 4096 bf16 input, 1x16 blocks along `axis`) compiled
+  for one GB300: two kernels read the input, the block maxima and then the codes, which make their random bits in the
+  same pass (when the bits were read twice, XLA:GPU's cost model charged the hash twice and wrote the bits out in a
+  kernel of their own), in at most `most` instructions an element by classify._lane_ops: 23 to nearest, 51 with
+  stochastic rounding's hash, against 48 and 73 before the codes were made on the float's bits. A GPU runs these passes
+  bound by their instructions, not their bytes (docs/prediction.md)."""
+  import jax  # pylint: disable=import-outside-toplevel
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+  from jax.sharding import SingleDeviceSharding  # pylint: disable=import-outside-toplevel
+
+  from MaxText.nvfp4.quantize import quantize_codes  # pylint: disable=import-outside-toplevel
+  from MaxText.preflight.kernels import kernels  # pylint: disable=import-outside-toplevel
+
+  del te
+  on = SingleDeviceSharding(_device("gb300"))
+  m, n = 8192, 4096
+
+  def codes(x, key):
+    operand = quantize_codes(x, "1d", stochastic_rounding=stochastic, key=key if stochastic else None, axis=axis)
+    return operand.codes, operand.scales, operand.amax
+
+  key = jax.random.key(0)
+  text = jax.jit(codes).lower(jax.ShapeDtypeStruct((m, n), jnp.bfloat16, sharding=on),
+                              jax.ShapeDtypeStruct(key.shape, key.dtype, sharding=on)).compile().as_text()
+  operand_sized = [k for k in kernels(text) if k.bytes >= m * n]
+  assert len(operand_sized) == 2, [(k.name, k.bytes) for k in operand_sized]
+  per_element = operand_sized[-1].work.lane_ops / (m * n)
+  assert per_element <= most, per_element
+
+
 @pytest.mark.parametrize("name", sorted(TARGETS))
 def test_every_target_gives_a_compile_only_device(te, name):
   del te
