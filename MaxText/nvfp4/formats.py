@@ -268,23 +268,6 @@ def e2m1_grid_inverse_step(a: jnp.ndarray) -> jnp.ndarray:
   return np.float32(2.0) - (a >= 2.0).astype(jnp.float32) - np.float32(0.5) * (a >= 4.0).astype(jnp.float32)
 
 
-def round_to_e2m1_grid(y: jnp.ndarray) -> jnp.ndarray:
-  """float32 -> the nearest E2M1 value (ties to the even code), saturating at +-6, as float32 values.
-
-  This is the kernels' cvt.rn.satfinite.e2m1x2 computed arithmetically: NaN becomes +6 (a plain cast would
-  give -0), signed zero is kept (a small negative value becomes -0). Casting the result to float4_e2m1fn is
-  exact.
-
-  Round-half-even of y / step in units of the grid step of y's binade (0.5 below 2, 1 in [2, 4), 2 from 4)
-  lands on the even E2M1 code at every tie, because within each binade even multiples of the step are the
-  even codes. Carries into the next binade land on its first point (2 or 4), which both grids share.
-  """
-  a = jnp.minimum(jnp.abs(y), E2M1_MAX)
-  step = e2m1_grid_step(a)
-  q = jnp.round(a * e2m1_grid_inverse_step(a)) * step  # jnp.round: half to even
-  return jnp.where(jnp.isnan(y), anchored(E2M1_MAX, y), copysign(q, y))
-
-
 def e2m1_neighbours(y: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray, jnp.ndarray]:
   """(lower, upper E2M1 magnitude around |y|, and the grid step there), float32; equal where |y| is on the grid or
   >= 6. lower is |y| rounded toward zero (clamped at 6): what stochastic rounding may round down to, and what a
@@ -331,24 +314,50 @@ def e2m1_clamped_bits(y: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
   return jnp.minimum(magnitude, _E2M1_MAX_BITS), sign << 3
 
 
+def e2m1_result(magnitude: jnp.ndarray, sign: jnp.ndarray, kept: jnp.ndarray, halves: jnp.ndarray, as_codes: bool
+                ) -> jnp.ndarray:
+  """A rounding to E2M1 put together from its two ranges, on the bits: `kept`, the rounded magnitude's float32 bits
+  >> 22 where the magnitude is at least 1 (E2M1's normal range, where it keeps one of float32's mantissa bits, so
+  those bits count the codes 2..7: E2M1_CODE_OFFSET), and `halves`, the rounded magnitude in units of 0.5 (float32)
+  below 1 (codes 0, 1, 2); `magnitude` and `sign` as `e2m1_clamped_bits` gives them. With `as_codes` the E2M1 bit
+  patterns (uint8, low nibble), else the rounded values (float32). Both roundings (nearest-even here, stochastic in
+  rounding.py) and both forms share it, so the codes are the values' float4 cast by construction."""
+  normal = magnitude >= E2M1_MIN_NORMAL_BITS
+  if as_codes:
+    return (jnp.where(normal, kept - np.uint32(E2M1_CODE_OFFSET), halves.astype(jnp.uint32)) | sign).astype(jnp.uint8)
+  small = jax.lax.bitcast_convert_type(halves * np.float32(0.5), jnp.uint32)
+  return jax.lax.bitcast_convert_type(jnp.where(normal, kept << E2M1_DROPPED_BITS, small) | (sign << 28), jnp.float32)
+
+
+def _nearest(y: jnp.ndarray, as_codes: bool) -> jnp.ndarray:
+  magnitude, sign = e2m1_clamped_bits(y)
+  # From 1 up: 2**21 - 1 plus the kept bit rounds the dropped 22 bits half to even (a carry moves into the exponent,
+  # onto the next binade's first point, 2 or 4, which both grids share). Below 1: 2|y| rounded half to even, exact.
+  half = np.uint32((1 << (E2M1_DROPPED_BITS - 1)) - 1)
+  kept = (magnitude + half + ((magnitude >> E2M1_DROPPED_BITS) & np.uint32(1))) >> E2M1_DROPPED_BITS
+  halves = jnp.round(jax.lax.bitcast_convert_type(magnitude, jnp.float32) * np.float32(2.0))  # jnp.round: half to even
+  return e2m1_result(magnitude, sign, kept, halves, as_codes)
+
+
+def round_to_e2m1_grid(y: jnp.ndarray) -> jnp.ndarray:
+  """float32 -> the nearest E2M1 value (ties to the even code), saturating at +-6, as float32 values.
+
+  This is the kernels' cvt.rn.satfinite.e2m1x2 computed on y's bits (`e2m1_result`): NaN becomes +6 (a plain cast
+  would give -0), signed zero is kept (a small negative value becomes -0). Casting the result to float4_e2m1fn is
+  exact. Why on the bits: a GPU runs the quantizer's element passes bound by their instructions (docs/prediction.md).
+  """
+  return _nearest(y, as_codes=False)
+
+
 def e2m1_codes(y: jnp.ndarray) -> jnp.ndarray:
   """float32 -> E2M1 bit patterns (uint8, low nibble): nearest value, ties to the even code, saturating at +-6.
 
-  Equal to `round_to_e2m1_grid(y).astype(E2M1)` bit for bit (NaN -> +6, signed zero kept), computed on y's bits.
+  Equal to `round_to_e2m1_grid(y).astype(E2M1)` bit for bit (NaN -> +6, signed zero kept), without making the value.
   Why: XLA:CPU converts to float4 one scalar at a time, and on a GPU the quantizer's element passes are bound by their
-  instructions (docs/prediction.md); this is about 18 integer and float operations an element where rounding on the
-  grid and coding the result took about 37.
-  From 1 up, E2M1 keeps one of float32's 23 mantissa bits: adding 2**21 - 1 plus the kept bit to the bits rounds the
-  dropped 22 half to even (a carry moves into the exponent, onto the next binade's first point), and the kept bits
-  count the codes (E2M1_CODE_OFFSET). Below 1 the grid is 0, 0.5, 1 (codes 0, 1, 2): the code is 2|y| rounded half
-  to even, exact in float32.
+  instructions (docs/prediction.md); this is about 20 integer and float operations an element where rounding on the
+  grid and then coding the result took about 37.
   """
-  magnitude, sign = e2m1_clamped_bits(y)
-  # 2**21 - 1 and the offset in one constant (mod 2**32: below 1 the sum wraps, and `small` is taken there).
-  half_ulp = np.uint32(((1 << (E2M1_DROPPED_BITS - 1)) - 1 - (E2M1_CODE_OFFSET << E2M1_DROPPED_BITS)) % (1 << 32))
-  normal = (magnitude + half_ulp + ((magnitude >> E2M1_DROPPED_BITS) & np.uint32(1))) >> E2M1_DROPPED_BITS
-  small = jnp.round(jax.lax.bitcast_convert_type(magnitude, jnp.float32) * np.float32(2.0)).astype(jnp.uint32)
-  return (jnp.where(magnitude >= E2M1_MIN_NORMAL_BITS, normal, small) | sign).astype(jnp.uint8)
+  return _nearest(y, as_codes=True)
 
 
 def pack_e2m1(codes: jnp.ndarray, materialize: bool = True) -> jnp.ndarray:

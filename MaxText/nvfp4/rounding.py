@@ -11,17 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from MaxText.nvfp4.formats import (
-  E2M1_CODE_OFFSET,
-  E2M1_DROPPED_BITS,
-  E2M1_MAX,
-  E2M1_MIN_NORMAL_BITS,
-  anchored,
-  copysign,
-  e2m1_clamped_bits,
-  e2m1_grid_inverse_step,
-  e2m1_grid_step,
-)
+from MaxText.nvfp4.formats import E2M1_DROPPED_BITS, anchored, e2m1_clamped_bits, e2m1_grid_step, e2m1_result
 
 #: Random bits per element: TE consumes 8 (a uniform in {0, 1/256, ..., 255/256}).
 RANDOM_BITS = 8
@@ -64,13 +54,25 @@ def random_bits(key: jax.Array, shape: tuple[int, ...], axis_order: tuple[int, .
   return (_mix32(_mix32(index ^ seed[0]) + seed[1]) >> 24).astype(jnp.uint8)
 
 
+def _stochastic(y: jax.Array, bits: jax.Array, as_codes: bool) -> jax.Array:
+  magnitude, sign = e2m1_clamped_bits(y)
+  a = jax.lax.bitcast_convert_type(magnitude, jnp.float32)
+  # The rule's own float32 sum; (r / 256) * step is exact. The random bits enter once, through it: read in two places,
+  # XLA:GPU's cost model charges the hash twice and writes the bits out in a kernel of their own.
+  t = a + bits.astype(jnp.float32) * (_BIT_SCALE * e2m1_grid_step(a))
+  # Down to the grid at t. From 1 up the step is E2M1's one mantissa bit, so that is t's bits >> 22: a carry lands on
+  # the next binade's first point, as the rule's floor does, and 6 plus less than a step stays 6. Below 1: floor(2 t).
+  kept = jax.lax.bitcast_convert_type(t, jnp.uint32) >> E2M1_DROPPED_BITS
+  return e2m1_result(magnitude, sign, kept, jnp.floor(t * np.float32(2.0)), as_codes)
+
+
 def stochastic_round_to_grid(y: jax.Array, bits: jax.Array) -> jax.Array:
   """Rounds float32 `y` (already multiplied by its block's encode scale) to E2M1 stochastically.
 
   Rule, per element, with r the element's 8 random bits:
     a = |y|; t = a + (r / 256) * step(a); q = min(floor(t / step(t)) * step(t), 6); result = sign(y) * q.
-  (Implemented with step(a) in place of step(t): equal on every input, see the comment below.)
-  (r / 256) * step is exact in f32, so a fused multiply-add and a multiply-then-add agree.
+  (step(a) in place of step(t) is equal on every input: a carry into the next binade only reaches its first point, 2
+  or 4.) Computed on the bits (formats.e2m1_result), held to the rule in float32 by tests/nvfp4/reference.py.
 
   Args:
     y: float32 values on the E2M1 scale (magnitudes above 6 saturate to 6).
@@ -79,28 +81,10 @@ def stochastic_round_to_grid(y: jax.Array, bits: jax.Array) -> jax.Array:
   Returns:
     float32 array of y's shape holding E2M1 values. NaN becomes +6, as in the nearest-even path.
   """
-  a = jnp.abs(y)
-  step = e2m1_grid_step(a)
-  t = a + bits.astype(jnp.float32) * _BIT_SCALE * step
-  # TE rounds down on the grid at t (step(t)); a carry into the next binade only reaches its first point
-  # (2 or 4), which floor(t / step(a)) * step(a) also gives, so one step serves both. /step is a multiply, exact.
-  q = jnp.minimum(jnp.floor(t * e2m1_grid_inverse_step(a)) * step, E2M1_MAX)
-  return jnp.where(jnp.isnan(y), anchored(E2M1_MAX, y), copysign(q, y))
+  return _stochastic(y, bits, as_codes=False)
 
 
 def stochastic_e2m1_codes(y: jax.Array, bits: jax.Array) -> jax.Array:
   """`stochastic_round_to_grid(y, bits)`'s E2M1 bit patterns (uint8, low nibble), bit for bit, without making the
-  rounded value: what the fused backend's GEMM operands store, in about half the operations of rounding and coding.
-
-  t = a + (r / 256) * step(a) is the rule's own float32 sum. From 1 up, E2M1 keeps one of float32's mantissa bits
-  and the step is that bit, so rounding t down is t's bits >> 22 (formats.e2m1_codes): a carry lands on the next
-  binade's first point, as the rule's floor does, and 6 plus less than a step stays 6. Below 1 the code is floor(2 t).
-  The random bits enter once, through the one sum: read in two places, XLA:GPU's cost model charges the hash twice
-  and writes the bits out in a kernel of their own instead of fusing it into this pass.
-  """
-  magnitude, sign = e2m1_clamped_bits(y)
-  a = jax.lax.bitcast_convert_type(magnitude, jnp.float32)
-  t = a + bits.astype(jnp.float32) * (_BIT_SCALE * e2m1_grid_step(a))
-  normal = (jax.lax.bitcast_convert_type(t, jnp.uint32) >> E2M1_DROPPED_BITS) - np.uint32(E2M1_CODE_OFFSET)
-  small = jnp.floor(t * np.float32(2.0)).astype(jnp.uint32)  # 1 / the grid step below 1
-  return (jnp.where(magnitude >= E2M1_MIN_NORMAL_BITS, normal, small) | sign).astype(jnp.uint8)
+  rounded value: what the fused backend's GEMM operands store."""
+  return _stochastic(y, bits, as_codes=True)

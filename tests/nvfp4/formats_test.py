@@ -11,6 +11,7 @@ import pytest
 
 from MaxText.nvfp4 import formats
 from MaxText.nvfp4.gemm import GemmRecipe
+from tests.nvfp4 import reference
 from tests.nvfp4.helpers import e2m1_test_inputs
 
 
@@ -88,16 +89,16 @@ def test_fmin_flt_max():
 
 
 def test_grid_rounding_equals_the_float4_cast():
-  """round_to_e2m1_grid (arithmetic) == the round-to-nearest-even float4 cast of the clamped value (ml_dtypes', on
-  the host: XLA's GPU compiler drops a jitted cast-and-widen pair, so a jitted reference would round nothing there)."""
-  rng = np.random.default_rng(0)
-  y = np.concatenate([
-      rng.uniform(-7, 7, 100_000), rng.standard_normal(10_000) * 1e-3, np.arange(-14, 15) / 4,  # all ties
-      [0.0, -0.0, np.inf, -np.inf, 1e30, -1e-40],
-  ]).astype(np.float32)
-  cast = np.clip(y, -6, 6).astype(formats.E2M1).astype(np.float32)
+  """round_to_e2m1_grid (on the bits) == the round-to-nearest-even float4 cast of the clamped value (ml_dtypes', on the
+  host: XLA's GPU compiler drops a jitted cast-and-widen pair, so a jitted reference would round nothing there), and
+  == the NumPy oracle's nearest E2M1 value (NaN -> +6), on `e2m1_test_inputs` (every bf16 pattern, the boundaries and
+  their neighbours, uniform values with all 23 mantissa bits, random bit patterns)."""
+  y = e2m1_test_inputs()
   grid = np.asarray(jax.jit(formats.round_to_e2m1_grid)(y))
-  np.testing.assert_array_equal(grid.view(np.uint32), cast.view(np.uint32))
+  finite = ~np.isnan(y)
+  cast = np.clip(y[finite], -6, 6).astype(formats.E2M1).astype(np.float32)
+  np.testing.assert_array_equal(grid[finite].view(np.uint32), cast.view(np.uint32))
+  np.testing.assert_array_equal(grid.view(np.uint32), reference.e2m1_rne(y).view(np.uint32))
 
 
 def test_e2m1_codes_and_packing_equal_the_float4_cast():

@@ -37,6 +37,18 @@ def e2m1_rne(y: np.ndarray) -> np.ndarray:
   return (sign * mag).astype(np.float32)
 
 
+def e2m1_stochastic(y: np.ndarray, r: np.ndarray) -> np.ndarray:
+  """TE's stochastic rounding rule (docs/numerics.md#stochastic-rounding) in float32, as its kernel computes it, with
+  r the 8 random bits: a = |y|; t = a + (r / 256) * step(a); the largest E2M1 magnitude <= t (at most 6), y's sign;
+  NaN -> +6."""
+  with np.errstate(invalid="ignore"):
+    a = np.abs(y.astype(np.float32))
+    step = np.where(a >= 4, F32(2.0), np.where(a >= 2, F32(1.0), F32(0.5))).astype(np.float32)
+    t = (a + (r.astype(np.float32) / F32(256.0)) * step).astype(np.float32)
+    below = MAGNITUDES[np.searchsorted(MAGNITUDES, np.minimum(t, 6.0), side="right") - 1]
+    return np.where(np.isnan(y), 6.0, np.copysign(below, y)).astype(np.float32)
+
+
 def e4m3_sat(v: np.ndarray) -> np.ndarray:
   return np.minimum(v, F32(448.0)).astype(ml_dtypes.float8_e4m3fn)
 

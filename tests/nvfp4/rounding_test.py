@@ -8,6 +8,7 @@ import pytest
 
 from MaxText.nvfp4 import dequantize, quantize, rounding
 from MaxText.nvfp4.formats import E2M1, E2M1_MAGNITUDES
+from tests.nvfp4 import reference
 from tests.nvfp4.helpers import e2m1_test_inputs
 
 
@@ -81,16 +82,19 @@ def test_nan_goes_to_plus_six():
   assert float(_sr(np.array([np.nan], np.float32), jax.random.key(0))[0]) == 6.0
 
 
-def test_stochastic_codes_equal_the_rounded_values_float4_cast():
-  """stochastic_e2m1_codes (on the float's bits) == the float4 cast of stochastic_round_to_grid (ml_dtypes', on the
-  host), bit for bit, for every one of the 256 random-bit values on `e2m1_test_inputs` (red with the sum's carry or
-  the half step below 1 changed)."""
+def test_stochastic_values_and_codes_equal_the_rule_in_float32():
+  """stochastic_round_to_grid (on the bits) == TE's rule computed in NumPy float32 (reference.e2m1_stochastic), and
+  stochastic_e2m1_codes == that value's float4 cast (ml_dtypes', on the host), bit for bit, for every one of the 256
+  random-bit values on `e2m1_test_inputs` (red with the sum's carry or the half step below 1 changed)."""
   y = e2m1_test_inputs()
   sr_values = jax.jit(rounding.stochastic_round_to_grid)
   sr_codes = jax.jit(rounding.stochastic_e2m1_codes)
   for r in range(256):
     bits = np.full(y.shape, r, np.uint8)
-    cast = np.asarray(sr_values(y, bits)).astype(E2M1).view(np.uint8)
-    got = np.asarray(sr_codes(y, bits))
-    bad = np.flatnonzero(got != cast)
-    assert bad.size == 0, (r, bad.size, y[bad[:5]], got[bad[:5]], cast[bad[:5]])
+    want = reference.e2m1_stochastic(y, bits)
+    got = np.asarray(sr_values(y, bits))
+    bad = np.flatnonzero(got.view(np.uint32) != want.view(np.uint32))
+    assert bad.size == 0, (r, bad.size, y[bad[:5]], got[bad[:5]], want[bad[:5]])
+    codes = np.asarray(sr_codes(y, bits))
+    bad = np.flatnonzero(codes != want.astype(E2M1).view(np.uint8))
+    assert bad.size == 0, (r, bad.size, y[bad[:5]], codes[bad[:5]], want[bad[:5]])
