@@ -106,7 +106,7 @@ def test_fused_operand_codes_are_one_pass_of_few_instructions_an_element(te, sto
   """The fused backend's GEMM operand (quantize_codes of an 8192 x 4096 bf16 input, 1x16 blocks along `axis`) compiled
   for one GB300: two kernels read the input, the block maxima and then the codes, which make their random bits in the
   same pass (when the bits were read twice, XLA:GPU's cost model charged the hash twice and wrote the bits out in a
-  kernel of their own), in at most `most` instructions an element by classify._lane_ops: 23 to nearest, 51 with
+  kernel of their own), in at most `most` instructions an element by classify._lane_ops: 24 to nearest, 51 with
   stochastic rounding's hash, against 48 and 73 before the codes were made on the float's bits. A GPU runs these passes
   bound by their instructions, not their bytes (docs/prediction.md)."""
   import jax  # pylint: disable=import-outside-toplevel
