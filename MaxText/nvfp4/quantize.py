@@ -128,15 +128,26 @@ def _from_abs_bits(bits: jax.Array, dtype: jnp.dtype) -> jax.Array:
   return jax.lax.bitcast_convert_type(bits, dtype).astype(jnp.float32)
 
 
-def block_amax(blocks: jax.Array, axes: tuple[int, ...]) -> tuple[jax.Array, jax.Array]:
+def block_amax(blocks: jax.Array, axes: tuple[int, ...], nan_blocks_out: bool = False) -> tuple[jax.Array, jax.Array]:
   """Per block, over its `axes` (kept as size-1 axes), float32: (max |x| with a NaN propagating, max |x| ignoring
   NaN). One read of the blocks gives both: the first makes the block scales (a NaN block's scale is 448, and the
   GEMM operand forms mark it non-finite), the second the global amax (`global_amax`). Why not a global max that
-  branches on NaN (lax.cond): a data-dependent conditional is a fusion barrier and a host round trip on a GPU."""
+  branches on NaN (lax.cond): a data-dependent conditional is a fusion barrier and a host round trip on a GPU.
+
+  `nan_blocks_out` (the GEMM operand forms, where every value of a block holding a NaN is NaN): the second maximum is 0
+  for such a block instead of the max of its other elements, made from the first, so one reduction gives both. Why:
+  XLA:GPU fuses one reduction into the kernel that produces the operand (the SwiGLU product, a gradient), a
+  multi-output fusion, and two sibling reductions it does not: they read the operand once more, 2.25 of the 11 bytes
+  an element that making and quantizing h = silu(g) * u moved (8.9 fused; tests/te/compile_test.py)."""
   bits, inf_bits = _abs_bits(blocks)
-  finite = jnp.where(bits > inf_bits, bits & bits.dtype.type(0), bits)  # not zeros_like: formats.anchored
   axes = tuple(sorted(a % blocks.ndim for a in axes))
+  kept = tuple(1 if d in axes else n for d, n in enumerate(blocks.shape))
   zero = bits.dtype.type(0)
+  if nan_blocks_out:
+    first = jax.lax.reduce(bits, zero, jax.lax.max, axes)
+    both = first, jnp.where(first > inf_bits, first & zero, first)
+    return tuple(_from_abs_bits(m.reshape(kept), blocks.dtype) for m in both)
+  finite = jnp.where(bits > inf_bits, bits & zero, bits)  # not zeros_like: formats.anchored
 
   def variadic(bits: jax.Array, finite: jax.Array) -> tuple[jax.Array, jax.Array]:
     return jax.lax.reduce((bits, finite), (zero, zero),
@@ -154,7 +165,6 @@ def block_amax(blocks: jax.Array, axes: tuple[int, ...]) -> tuple[jax.Array, jax
     both = jax.lax.platform_dependent(bits, finite, cpu=variadic, default=siblings)
   else:
     both = variadic(bits, finite)
-  kept = tuple(1 if d in axes else n for d, n in enumerate(blocks.shape))
   return tuple(_from_abs_bits(m.reshape(kept), blocks.dtype) for m in both)
 
 
@@ -247,17 +257,19 @@ def quantize(
 def encode(
     x: jax.Array, scaling: Scaling, rht: bool, axis: int, *, rht_signs: np.ndarray = hadamard.RHT_SIGNS,
     to_e4m3: Callable[[jax.Array], jax.Array] = to_e4m3_satfinite, amax: jax.Array | None = None,
+    nan_blocks_out: bool = False,
 ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
   """Everything of quantize before the element rounding: (y on the E2M1 scale, blocked; e4m3 scales, blocked;
   block amaxes, blocked; global amax). 1D blocks run along `axis` (normalized), in place.
 
   `rht_signs` and `to_e4m3` are TE's by default; the self-check's faulty quantizers (its proof that it can fail)
   swap one of them. `amax` replaces the tensor's amax (the in-training audit quantizes with the amax TE used, which
-  TE takes per data shard: MaxText.nvfp4.audit); nothing else passes these."""
+  TE takes per data shard: MaxText.nvfp4.audit); nothing else passes these. `nan_blocks_out`: the GEMM operand forms'
+  global amax (`block_amax`)."""
   if rht:
     x = hadamard.rht(x, axis, rht_signs)  # bf16, as TE's RHT kernel writes it; the amax is the post-RHT amax.
   blocks, block_axes = blocked(x, scaling, axis)
-  bamax, nan_free_bamax = block_amax(blocks, block_axes)  # a NaN block -> FLT_MAX -> scale 448
+  bamax, nan_free_bamax = block_amax(blocks, block_axes, nan_blocks_out)  # a NaN block -> FLT_MAX -> scale 448
   amax = global_amax(nan_free_bamax) if amax is None else amax
   s_enc, s_dec = tensor_scales(amax)
   s8 = to_e4m3(fmin_flt_max(bamax * (s_enc * ONE_SIXTH)))
@@ -314,7 +326,7 @@ def _rounded(x: jax.Array, key: jax.Array | None, scaling: Scaling, rht: bool, a
   e4m3 scales, blocked; block amaxes, blocked; global amax): what both GEMM operand forms (`quantize_block_scaled`,
   `quantize_codes`) are made of, one rounding rule each way (tests/nvfp4/formats_test.py, rounding_test.py hold the
   codes to the values' float4 cast, bit for bit)."""
-  y, s8, bamax, amax = encode(x, scaling, rht, axis)
+  y, s8, bamax, amax = encode(x, scaling, rht, axis, nan_blocks_out=True)
   if key is not None:
     # The bits x's transpose (block axis last) would draw, in x's layout.
     order = tuple(d for d in range(x.ndim) if d != axis) + (axis,)

@@ -305,6 +305,25 @@ def test_block_scaled_in_place_along_axis_0_equals_the_transpose(dtype, kw):
     assert not np.array_equal(np.asarray(got), np.asarray(plain))
 
 
+@pytest.mark.parametrize("kw,big,block", [
+    (dict(), (0, 1), np.s_[0, :16]), (dict(axis=0), (1, 0), np.s_[:16, 0]), (dict(scaling="2d"), (1, 1), np.s_[:16, :16]),
+])
+def test_the_gemm_operands_amax_leaves_out_blocks_holding_a_nan(kw, big, block):
+  """quantize keeps TE's rule (the global amax ignores NaN elements); the GEMM operand forms, where every value of a
+  block holding a NaN is NaN, leave such a block out whole, so its largest finite element does not set the tensor
+  scale (one reduction then gives both block maxima: quantize.block_amax). The codes form (the fused backend's) agrees.
+  Red with the operand forms' amax taken as quantize's."""
+  from MaxText.nvfp4.quantize import quantize_codes  # pylint: disable=import-outside-toplevel  # this test's alone
+
+  x = np.array(jax.random.normal(jax.random.key(1), (32, 64), jnp.float32))
+  x[0, 0], x[big] = np.nan, 100.0  # in one block
+  rest = np.abs(x)
+  rest[block] = 0.0
+  _, amax = _block_scaled(jnp.asarray(x), **kw)
+  assert float(amax) == float(quantize_codes(jnp.asarray(x), **kw).amax) == float(rest.max())
+  assert float(quantize(x, scaling=kw.get("scaling", "1d")).amax) == 100.0
+
+
 @pytest.mark.parametrize("kw", [dict(), dict(scaling="2d"), dict(rht=True), dict(axis=0, rht=True),
                                 dict(stochastic_rounding=True, key=jax.random.key(3))])
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])

@@ -133,6 +133,33 @@ def test_fused_operand_codes_are_one_pass_of_few_instructions_an_element(te, sto
   assert per_element <= most, per_element
 
 
+def test_a_fresh_operands_block_maxima_fuse_into_the_kernel_that_makes_it(te):
+  """h = silu(g) * u made and quantized for the fused backend (quantize_codes, 1x16 blocks) compiled for one GB300: two
+  operand-sized kernels, the product writing h and its block maxima in one multi-output fusion, then the codes; the
+  maxima as two sibling reductions (the NaN-propagating one and the NaN-free one) were a third kernel, reading h
+  once more (quantize.block_amax: the operand forms take the second from the first)."""
+  import jax  # pylint: disable=import-outside-toplevel
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+  from jax.sharding import SingleDeviceSharding  # pylint: disable=import-outside-toplevel
+
+  from MaxText.nvfp4.quantize import quantize_codes  # pylint: disable=import-outside-toplevel
+  from MaxText.preflight.kernels import kernels  # pylint: disable=import-outside-toplevel
+
+  del te
+  on = SingleDeviceSharding(_device("gb300"))
+  m, n = 8192, 4096
+
+  def made_and_quantized(g, u):
+    h = (jax.nn.silu(g.astype(jnp.float32)) * u.astype(jnp.float32)).astype(jnp.bfloat16)
+    operand = quantize_codes(h, "1d")
+    return operand.codes, operand.scales, operand.amax, h
+
+  both = jax.ShapeDtypeStruct((m, n), jnp.bfloat16, sharding=on)
+  text = jax.jit(made_and_quantized).lower(both, both).compile().as_text()
+  operand_sized = [(k.name, k.bytes) for k in kernels(text) if k.bytes >= m * n]
+  assert len(operand_sized) == 2, operand_sized
+
+
 @pytest.mark.parametrize("name", sorted(TARGETS))
 def test_every_target_gives_a_compile_only_device(te, name):
   del te
