@@ -17,8 +17,9 @@ dequantizes to 0 can differ.
 Special values (stated here because TE's kernels are not all alike on them, and ours never crash):
   * NaN: ignored by the global amax (the tensor scale comes from the finite values); a block holding a NaN
     gets the largest block scale (448, CUDA fminf semantics) and the NaN element itself becomes +6.
-    That is `quantize`, TE's storage format. The GEMM's operand form (`quantize_block_scaled`) instead makes
-    every value of a block holding a NaN or Inf NaN, so the GEMM output is non-finite as a BF16 GEMM's would be.
+    That is `quantize`, TE's storage format. The GEMM's operand forms (`quantize_block_scaled`, `quantize_codes`)
+    instead make every value of a block holding a NaN or Inf NaN, so the GEMM output is non-finite as a BF16 GEMM's
+    would be, and their global amax leaves such a NaN block out whole (`block_amax`).
   * +-Inf: counts in the global amax, so S_enc = 2688 / inf = 0 falls back to 1 (as for an all-zero tensor);
     the Inf element saturates to +-6 in a block scaled by 448 and `dequantize` returns non-finite values
     for that tensor (amax is inf), which is what a loss-scaler or a NaN check upstream should see.
