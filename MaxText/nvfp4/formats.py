@@ -297,11 +297,11 @@ def _f32_bits(value: float) -> np.uint32:
 #: float32 bit patterns the E2M1 coding compares and adds on, as unsigned integers: for magnitudes (sign bit clear)
 #: the integers' order is the floats' order, with every NaN above +inf.
 _E2M1_MAX_BITS = _f32_bits(E2M1_MAX)
-E2M1_MIN_NORMAL_BITS = _f32_bits(1.0)  # E2M1's smallest normal value: below it the grid is 0, 0.5, 1
+E2M1_MIN_NORMAL_BITS = _f32_bits(jnp.finfo(E2M1).smallest_normal)  # 1: below it the grid is 0, 0.5, 1
 _INF_BITS = _f32_bits(np.inf)
 #: float32's mantissa bits below E2M1's one: an E2M1 normal value v has bits(v) >> 22 = (exponent << 1) | mantissa bit,
 #: 254 for 1.0, whose code is 2, up to 259 for 6.0, code 7 (the codes of 1, 1.5, 2, 3, 4, 6 count up with it).
-E2M1_DROPPED_BITS = 23 - 1
+E2M1_DROPPED_BITS = jnp.finfo(jnp.float32).nmant - jnp.finfo(E2M1).nmant
 E2M1_CODE_OFFSET = int(E2M1_MIN_NORMAL_BITS >> E2M1_DROPPED_BITS) - 2
 
 
@@ -326,7 +326,8 @@ def e2m1_result(magnitude: jnp.ndarray, sign: jnp.ndarray, kept: jnp.ndarray, ha
   if as_codes:
     return (jnp.where(normal, kept - np.uint32(E2M1_CODE_OFFSET), halves.astype(jnp.uint32)) | sign).astype(jnp.uint8)
   small = jax.lax.bitcast_convert_type(halves * np.float32(0.5), jnp.uint32)
-  return jax.lax.bitcast_convert_type(jnp.where(normal, kept << E2M1_DROPPED_BITS, small) | (sign << 28), jnp.float32)
+  value = jnp.where(normal, kept << E2M1_DROPPED_BITS, small) | (sign << 28)  # the code's bit 3 to float32's bit 31
+  return jax.lax.bitcast_convert_type(value, jnp.float32)
 
 
 def _nearest(y: jnp.ndarray, as_codes: bool) -> jnp.ndarray:
