@@ -36,7 +36,7 @@ from MaxText.nvfp4.formats import (
 from MaxText.nvfp4.operands import Operand
 from MaxText.nvfp4.quantize import Scaling
 from MaxText.nvfp4.quantize import encode as encode_blocks
-from MaxText.nvfp4.rounding import RANDOM_BITS, random_bits, stochastic_round_to_grid
+from MaxText.nvfp4.rounding import RANDOM_BITS, random_bits, stochastic_e2m1_codes
 
 # Operand and gemm_operands are the operand table's (MaxText.nvfp4.operands), named here too for the callers that
 # take them with the audit (MaxText.backends.pipeline, MaxText.selfcheck.run).
@@ -140,4 +140,4 @@ def emulated(tensor: jax.Array, operand: Operand, key: jax.Array | None = None) 
   if not operand.stochastic:
     return encoded.codes, encoded.scales, encoded.amax
   bits = random_bits(jax.random.key(0) if key is None else key, encoded.scaled.shape)
-  return e2m1_codes(stochastic_round_to_grid(encoded.scaled, bits)), encoded.scales, encoded.amax
+  return stochastic_e2m1_codes(encoded.scaled, bits), encoded.scales, encoded.amax

@@ -24,7 +24,7 @@ from MaxText.nvfp4 import audit, hadamard
 from MaxText.nvfp4.formats import NVFP4, e2m1_codes, e2m1_neighbours, to_e4m3_satfinite
 from MaxText.nvfp4.gemm import MATMUL_DIMS, BlockScaledGemm, GemmRecipe, nvfp4_dot_general
 from MaxText.nvfp4.operands import Operand
-from MaxText.nvfp4.rounding import random_bits, stochastic_round_to_grid
+from MaxText.nvfp4.rounding import random_bits, stochastic_e2m1_codes
 
 __all__ = ["FAULTS", "Candidate", "Emulator", "Fault", "Fused", "TransformerEngine"]
 
@@ -127,7 +127,7 @@ class Emulator:
     encoded = audit.encode(tensor, operand)  # sr-bias, sr-bias-small
     shift = _SR_SHIFT[self.fault.name]
     bits = jnp.minimum(random_bits(key, encoded.scaled.shape).astype(jnp.int32) + shift, 255).astype(jnp.uint8)
-    return e2m1_codes(stochastic_round_to_grid(encoded.scaled, bits)), encoded.scales, encoded.amax
+    return stochastic_e2m1_codes(encoded.scaled, bits), encoded.scales, encoded.amax
 
   def gemms(self, x: jax.Array, w: jax.Array, dy: jax.Array, recipe: GemmRecipe) -> tuple[jax.Array, ...]:
     return _our_gemms(x, w, dy, recipe, None)
