@@ -139,7 +139,7 @@ def block_amax(blocks: jax.Array, axes: tuple[int, ...], nan_blocks_out: bool = 
   for such a block instead of the max of its other elements, made from the first, so one reduction gives both. Why:
   XLA:GPU fuses one reduction into the kernel that produces the operand (the SwiGLU product, a gradient), a
   multi-output fusion, and two sibling reductions it does not: they read the operand once more, 2.25 of the 11 bytes
-  an element that making and quantizing h = silu(g) * u moved (8.9 fused; tests/te/compile_test.py)."""
+  an element that making and quantizing h = silu(g) * u moved, 8.9 fused (tests/te/compile_test.py holds the fusion)."""
   bits, inf_bits = _abs_bits(blocks)
   axes = tuple(sorted(a % blocks.ndim for a in axes))
   kept = tuple(1 if d in axes else n for d, n in enumerate(blocks.shape))
