@@ -12,7 +12,7 @@ import pytest
 from MaxText.nvfp4 import formats
 from MaxText.nvfp4.gemm import GemmRecipe
 from tests.nvfp4 import reference
-from tests.nvfp4.helpers import e2m1_test_inputs
+from tests.nvfp4.helpers import e2m1_test_inputs, every_bf16
 
 
 def test_constants():
@@ -147,9 +147,8 @@ def test_round_to_equals_the_cast(dtype, top):
 def test_copysign_on_the_bits_equals_jnp_copysign():
   """formats.copysign == jnp.copysign bit for bit, magnitude and sign each from every bf16 pattern's f32 value
   (both zeros, subnormals, infinities and NaNs of either sign) and a few f32 subnormals and NaN payloads."""
-  every_bf16 = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(jnp.bfloat16).astype(np.float32)
   extra = np.array([0x00000001, 0x807FFFFF, 0x7FC00001, 0xFFA00000], np.uint32).view(np.float32)
-  values = np.concatenate([every_bf16, extra])
+  values = np.concatenate([every_bf16(), extra])
   rng = np.random.default_rng(0)
   magnitude, sign = values, rng.permutation(values)
   got = np.asarray(jax.jit(formats.copysign)(magnitude, sign)).view(np.uint32)

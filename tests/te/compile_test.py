@@ -101,6 +101,28 @@ def test_fused_nvfp4_gemm_compiles_to_te_gemms_on_our_operands_for_blackwell(te,
   assert not _variadic_row_reductions(text)
 
 
+#: The operand the quantizer's compile tests make: bf16 rows x columns.
+_OPERAND = (8192, 4096)
+
+
+def _operand_sized_kernels(fn, operands: int, key: bool = False) -> list:
+  """The kernels of `fn` compiled for one GB300 on `operands` bf16 `_OPERAND` inputs (then a jax.random key, with
+  `key`) that move at least a byte per input element: the passes over an operand."""
+  import jax  # pylint: disable=import-outside-toplevel
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+  from jax.sharding import SingleDeviceSharding  # pylint: disable=import-outside-toplevel
+
+  from MaxText.preflight.kernels import kernels  # pylint: disable=import-outside-toplevel
+
+  on = SingleDeviceSharding(_device("gb300"))
+  args = [jax.ShapeDtypeStruct(_OPERAND, jnp.bfloat16, sharding=on)] * operands
+  if key:
+    example = jax.random.key(0)
+    args.append(jax.ShapeDtypeStruct(example.shape, example.dtype, sharding=on))
+  text = jax.jit(fn).lower(*args).compile().as_text()
+  return [k for k in kernels(text) if k.bytes >= _OPERAND[0] * _OPERAND[1]]
+
+
 @pytest.mark.parametrize("stochastic,axis,most", [(False, 1, 25), (True, 0, 53)])
 def test_fused_operand_codes_are_one_pass_of_few_instructions_an_element(te, stochastic, axis, most):
   """The fused backend's GEMM operand (quantize_codes of an 8192 x 4096 bf16 input, 1x16 blocks along `axis`) compiled
@@ -109,27 +131,17 @@ def test_fused_operand_codes_are_one_pass_of_few_instructions_an_element(te, sto
   kernel of their own), in at most `most` instructions an element by classify._lane_ops: 24 to nearest, 51 with
   stochastic rounding's hash, against 48 and 73 before the codes were made on the float's bits. A GPU runs these passes
   bound by their instructions, not their bytes (docs/prediction.md)."""
-  import jax  # pylint: disable=import-outside-toplevel
-  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
-  from jax.sharding import SingleDeviceSharding  # pylint: disable=import-outside-toplevel
-
   from MaxText.nvfp4.quantize import quantize_codes  # pylint: disable=import-outside-toplevel
-  from MaxText.preflight.kernels import kernels  # pylint: disable=import-outside-toplevel
 
   del te
-  on = SingleDeviceSharding(_device("gb300"))
-  m, n = 8192, 4096
 
   def codes(x, key):
     operand = quantize_codes(x, "1d", stochastic_rounding=stochastic, key=key if stochastic else None, axis=axis)
     return operand.codes, operand.scales, operand.amax
 
-  key = jax.random.key(0)
-  text = jax.jit(codes).lower(jax.ShapeDtypeStruct((m, n), jnp.bfloat16, sharding=on),
-                              jax.ShapeDtypeStruct(key.shape, key.dtype, sharding=on)).compile().as_text()
-  operand_sized = [k for k in kernels(text) if k.bytes >= m * n]
+  operand_sized = _operand_sized_kernels(codes, 1, key=True)
   assert len(operand_sized) == 2, [(k.name, k.bytes) for k in operand_sized]
-  per_element = operand_sized[-1].work.lane_ops / (m * n)
+  per_element = operand_sized[-1].work.lane_ops / (_OPERAND[0] * _OPERAND[1])
   assert per_element <= most, per_element
 
 
@@ -140,24 +152,18 @@ def test_a_fresh_operands_block_maxima_fuse_into_the_kernel_that_makes_it(te):
   once more (quantize.block_amax: the operand forms take the second from the first)."""
   import jax  # pylint: disable=import-outside-toplevel
   import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
-  from jax.sharding import SingleDeviceSharding  # pylint: disable=import-outside-toplevel
 
   from MaxText.nvfp4.quantize import quantize_codes  # pylint: disable=import-outside-toplevel
-  from MaxText.preflight.kernels import kernels  # pylint: disable=import-outside-toplevel
 
   del te
-  on = SingleDeviceSharding(_device("gb300"))
-  m, n = 8192, 4096
 
   def made_and_quantized(g, u):
     h = (jax.nn.silu(g.astype(jnp.float32)) * u.astype(jnp.float32)).astype(jnp.bfloat16)
     operand = quantize_codes(h, "1d")
     return operand.codes, operand.scales, operand.amax, h
 
-  both = jax.ShapeDtypeStruct((m, n), jnp.bfloat16, sharding=on)
-  text = jax.jit(made_and_quantized).lower(both, both).compile().as_text()
-  operand_sized = [(k.name, k.bytes) for k in kernels(text) if k.bytes >= m * n]
-  assert len(operand_sized) == 2, operand_sized
+  operand_sized = _operand_sized_kernels(made_and_quantized, 2)
+  assert len(operand_sized) == 2, [(k.name, k.bytes) for k in operand_sized]
 
 
 @pytest.mark.parametrize("name", sorted(TARGETS))
