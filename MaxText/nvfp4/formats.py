@@ -303,6 +303,9 @@ _INF_BITS = _f32_bits(np.inf)
 #: 254 for 1.0, whose code is 2, up to 259 for 6.0, code 7 (the codes of 1, 1.5, 2, 3, 4, 6 count up with it).
 E2M1_DROPPED_BITS = jnp.finfo(jnp.float32).nmant - jnp.finfo(E2M1).nmant
 E2M1_CODE_OFFSET = int(E2M1_MIN_NORMAL_BITS >> E2M1_DROPPED_BITS) - 2
+_F32_MANTISSA_BITS = jnp.finfo(jnp.float32).nmant
+_QUARTER_BITS = _f32_bits(0.25)
+_TWO_POW_23 = np.float32(1 << _F32_MANTISSA_BITS)
 
 
 def e2m1_clamped_bits(y: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
@@ -318,14 +321,17 @@ def e2m1_result(magnitude: jnp.ndarray, sign: jnp.ndarray, kept: jnp.ndarray, ha
                 ) -> jnp.ndarray:
   """A rounding to E2M1 put together from its two ranges, on the bits: `kept`, the rounded magnitude's float32 bits
   >> 22 where the magnitude is at least 1 (E2M1's normal range, where it keeps one of float32's mantissa bits, so
-  those bits count the codes 2..7: E2M1_CODE_OFFSET), and `halves`, the rounded magnitude in units of 0.5 (float32)
-  below 1 (codes 0, 1, 2); `magnitude` and `sign` as `e2m1_clamped_bits` gives them. With `as_codes` the E2M1 bit
-  patterns (uint8, low nibble), else the rounded values (float32). Both roundings (nearest-even here, stochastic in
-  rounding.py) and both forms share it, so the codes are the values' float4 cast by construction."""
+  those bits count the codes 2..7: E2M1_CODE_OFFSET), and `halves`, the rounded magnitude in units of 0.5 below 1
+  (uint32: 0, 1 or 2, which are also its codes); `magnitude` and `sign` as `e2m1_clamped_bits` gives them. With
+  `as_codes` the E2M1 bit patterns (uint8, low nibble), else the rounded values (float32). Both roundings
+  (nearest-even here, stochastic in rounding.py) and both forms share it, so the codes are the values' float4 cast by
+  construction. No step converts between integers and floats: a GPU runs conversions (and rounding to an integral
+  float) at a fraction of its integer and float32 rate, in passes bound by their instructions (docs/prediction.md)."""
   normal = magnitude >= E2M1_MIN_NORMAL_BITS
   if as_codes:
-    return (jnp.where(normal, kept - np.uint32(E2M1_CODE_OFFSET), halves.astype(jnp.uint32)) | sign).astype(jnp.uint8)
-  small = jax.lax.bitcast_convert_type(halves * np.float32(0.5), jnp.uint32)
+    return (jnp.where(normal, kept - np.uint32(E2M1_CODE_OFFSET), halves) | sign).astype(jnp.uint8)
+  # 0.5 and 1.0 are 2**-1 and 2**0: `halves` counts up the exponent field from 2**-2's.
+  small = jnp.where(halves == 0, halves, (halves << _F32_MANTISSA_BITS) + _QUARTER_BITS)  # 0 itself: no constant
   value = jnp.where(normal, kept << E2M1_DROPPED_BITS, small) | (sign << 28)  # the code's bit 3 to float32's bit 31
   return jax.lax.bitcast_convert_type(value, jnp.float32)
 
@@ -333,10 +339,12 @@ def e2m1_result(magnitude: jnp.ndarray, sign: jnp.ndarray, kept: jnp.ndarray, ha
 def _nearest(y: jnp.ndarray, as_codes: bool) -> jnp.ndarray:
   magnitude, sign = e2m1_clamped_bits(y)
   # From 1 up: 2**21 - 1 plus the kept bit rounds the dropped 22 bits half to even (a carry moves into the exponent,
-  # onto the next binade's first point, 2 or 4, which both grids share). Below 1: 2|y| rounded half to even, exact.
-  half = np.uint32((1 << (E2M1_DROPPED_BITS - 1)) - 1)
-  kept = (magnitude + half + ((magnitude >> E2M1_DROPPED_BITS) & np.uint32(1))) >> E2M1_DROPPED_BITS
-  halves = jnp.round(jax.lax.bitcast_convert_type(magnitude, jnp.float32) * np.float32(2.0))  # jnp.round: half to even
+  # onto the next binade's first point, 2 or 4, which both grids share). Below 1: 2|y| rounded half to even, exact,
+  # by one float32 add of 2**23 (where float32's step is 1, the add itself rounds half to even), read off the bits.
+  biased = jax.lax.bitcast_convert_type(magnitude, jnp.float32) * np.float32(2.0) + _TWO_POW_23
+  kept = (magnitude + np.uint32((1 << (E2M1_DROPPED_BITS - 1)) - 1)
+          + ((magnitude >> E2M1_DROPPED_BITS) & np.uint32(1))) >> E2M1_DROPPED_BITS
+  halves = jax.lax.bitcast_convert_type(biased, jnp.uint32) - _f32_bits(_TWO_POW_23)
   return e2m1_result(magnitude, sign, kept, halves, as_codes)
 
 

@@ -15,7 +15,9 @@ from MaxText.nvfp4.formats import E2M1_DROPPED_BITS, anchored, e2m1_clamped_bits
 
 #: Random bits per element: TE consumes 8 (a uniform in {0, 1/256, ..., 255/256}).
 RANDOM_BITS = 8
-_BIT_SCALE = np.float32(1.0 / (1 << RANDOM_BITS))
+_F32_MANTISSA_BITS = np.finfo(np.float32).nmant
+_ONE_BITS = np.float32(1.0).view(np.uint32)
+_QUARTER_EXPONENT = np.uint32(np.float32(0.25).view(np.uint32) >> _F32_MANTISSA_BITS)
 
 
 def _mix32(h: jax.Array) -> jax.Array:
@@ -54,16 +56,27 @@ def random_bits(key: jax.Array, shape: tuple[int, ...], axis_order: tuple[int, .
   return (_mix32(_mix32(index ^ seed[0]) + seed[1]) >> 24).astype(jnp.uint8)
 
 
+def _fraction(bits: jax.Array) -> jax.Array:
+  """r / 256 for each element's 8 random bits r, float32, exact: 1 + r / 256 assembled on the bits, less 1. Not
+  `bits.astype(float32)`: a GPU converts integers to floats at a fraction of its float32 rate (formats.e2m1_result)."""
+  one_and = (bits.astype(jnp.uint32) << (_F32_MANTISSA_BITS - RANDOM_BITS)) | _ONE_BITS
+  return jax.lax.bitcast_convert_type(one_and, jnp.float32) - np.float32(1.0)
+
+
 def _stochastic(y: jax.Array, bits: jax.Array, as_codes: bool) -> jax.Array:
   magnitude, sign = e2m1_clamped_bits(y)
   a = jax.lax.bitcast_convert_type(magnitude, jnp.float32)
   # The rule's own float32 sum; (r / 256) * step is exact. The random bits enter once, through it: read in two places,
   # XLA:GPU's cost model charges the hash twice and writes the bits out in a kernel of their own.
-  t = a + bits.astype(jnp.float32) * (_BIT_SCALE * e2m1_grid_step(a))
+  t = a + _fraction(bits) * e2m1_grid_step(a)
+  t_bits = jax.lax.bitcast_convert_type(t, jnp.uint32)
   # Down to the grid at t. From 1 up the step is E2M1's one mantissa bit, so that is t's bits >> 22: a carry lands on
-  # the next binade's first point, as the rule's floor does, and 6 plus less than a step stays 6. Below 1: floor(2 t).
-  kept = jax.lax.bitcast_convert_type(t, jnp.uint32) >> E2M1_DROPPED_BITS
-  return e2m1_result(magnitude, sign, kept, jnp.floor(t * np.float32(2.0)), as_codes)
+  # the next binade's first point, as the rule's floor does, and 6 plus less than a step stays 6. Below 1 (where t
+  # stays below 1.5): floor(2 t) is 0 below 0.5, 1 in [0.5, 1), 2 from 1, so t's exponent field less 2**-2's, >= 0.
+  kept = t_bits >> E2M1_DROPPED_BITS
+  exponent = t_bits >> _F32_MANTISSA_BITS
+  halves = jnp.maximum(exponent, _QUARTER_EXPONENT) - _QUARTER_EXPONENT
+  return e2m1_result(magnitude, sign, kept, halves, as_codes)
 
 
 def stochastic_round_to_grid(y: jax.Array, bits: jax.Array) -> jax.Array:

@@ -123,14 +123,15 @@ def _operand_sized_kernels(fn, operands: int, key: bool = False) -> list:
   return [k for k in kernels(text) if k.bytes >= _OPERAND[0] * _OPERAND[1]]
 
 
-@pytest.mark.parametrize("stochastic,axis,most", [(False, 1, 25), (True, 0, 53)])
+@pytest.mark.parametrize("stochastic,axis,most", [(False, 1, 25), (True, 0, 54)])
 def test_fused_operand_codes_are_one_pass_of_few_instructions_an_element(te, stochastic, axis, most):
   """The fused backend's GEMM operand (quantize_codes of an 8192 x 4096 bf16 input, 1x16 blocks along `axis`) compiled
   for one GB300: two kernels read the input, the block maxima and then the codes, which make their random bits in the
   same pass (when the bits were read twice, XLA:GPU's cost model charged the hash twice and wrote the bits out in a
-  kernel of their own), in at most `most` instructions an element by classify._lane_ops: 24 to nearest, 51 with
-  stochastic rounding's hash, against 48 and 73 before the codes were made on the float's bits. A GPU runs these passes
-  bound by their instructions, not their bytes (docs/prediction.md)."""
+  kernel of their own), in at most `most` instructions an element by classify._lane_ops: 24 to nearest, 53 with
+  stochastic rounding's hash, against 48 and 73 before the codes were made on the float's bits. (53 was 51 before the
+  int-float conversions went, each one op here and one to three cheaper ones now: the machine code's count fell,
+  tests/te/sass_test.py.) A GPU runs these passes bound by their instructions, not their bytes (docs/prediction.md)."""
   from MaxText.nvfp4.quantize import quantize_codes  # pylint: disable=import-outside-toplevel
 
   del te
