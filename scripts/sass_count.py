@@ -1,0 +1,115 @@
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
+"""The fused backend's quantizer passes in the machine code a described GPU runs: SASS instructions per element.
+
+  .venv-gpu/bin/python scripts/sass_count.py [--target gb300] [--shape 8192 4096] [--json OUT.json]
+
+Compiles each GEMM operand the recipe quantizes (`quantize_codes` of one M x N bf16 input: x and W for fprop, dY for
+dgrad, x^T and dY^T for wgrad) for one described GPU with XLA's GPU compiler on this CPU, then reads its kernels'
+machine code (MaxText.preflight.sass: the cubins ptxas made, disassembled by nvdisasm). For each kernel that moves
+operand-sized data it prints the SASS instructions a thread runs, the threads XLA launches (from XLA's dump of the
+compile), their product per element of the operand, the int-float conversions among them, and the pre-flight's own
+count (classify._lane_ops: one per fused HLO op per element), which prices the prediction's "instr ms". Why: a GPU
+runs these passes bound by their instructions (docs/prediction.md), and this is the count the GPU issues, where the
+pre-flight's is a model. Not a timing: instructions differ in throughput (conversions run at a fraction of the
+rate), and nothing here runs on a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import re
+import sys
+import tempfile
+
+_DUMP = tempfile.mkdtemp(prefix="sass-count-")
+os.environ.setdefault("JAX_PLATFORMS", "cpu")  # the compile-only GPUs come from the CUDA plugin's topology API
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+# XLA's dump of each compile: its thunk sequence names every kernel with its launch dimensions.
+os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_dump_to={_DUMP}".strip()
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+
+#: (operand, scaling, block axis, RHT, stochastic rounding): the recipe's quantized GEMM operands
+#: (docs/numerics.md): 1x16 blocks along the contracted axis, in place for the wgrad operands (axis 0).
+OPERANDS = (
+    ("x (fprop)", "1d", 1, False, False),
+    ("W (fprop, dgrad)", "2d", 1, False, False),
+    ("dY (dgrad)", "1d", 1, False, True),
+    ("x^T (wgrad)", "1d", 0, True, False),
+    ("dY^T (wgrad)", "1d", 0, True, True),
+)
+_LAUNCH = re.compile(r"\bkCustomKernel\b.*?\]\s+([\w.\-]+)\s+grid: \[(\d+), (\d+), (\d+)\] threads: \[(\d+), (\d+), (\d+)\]")
+
+
+def _launches(module: str) -> dict[str, int]:
+  """Threads launched per kernel, from the dumped thunk sequence of the jitted function `module`."""
+  found: dict[str, int] = {}
+  for path in pathlib.Path(_DUMP).glob(f"module_*.jit_{module}.thunk_sequence.txt"):
+    for match in _LAUNCH.finditer(path.read_text()):
+      grid = int(match.group(2)) * int(match.group(3)) * int(match.group(4))
+      found[match.group(1)] = grid * int(match.group(5)) * int(match.group(6)) * int(match.group(7))
+  return found
+
+
+def main(argv: list[str]) -> None:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser.add_argument("--target", default="gb300")
+  parser.add_argument("--shape", type=int, nargs=2, default=(8192, 4096), metavar=("M", "N"))
+  parser.add_argument("--json", type=pathlib.Path)
+  args = parser.parse_args(argv)
+
+  # pylint: disable=import-outside-toplevel  # jax: after the arguments hold and XLA_FLAGS is set (seconds)
+  import jax
+  import jax.numpy as jnp
+  from jax.sharding import SingleDeviceSharding
+
+  from MaxText.nvfp4.quantize import quantize_codes
+  from MaxText.preflight import kernels, sass
+  from MaxText.preflight.compile import target_devices
+  from MaxText.preflight.targets import TARGETS
+  # pylint: enable=import-outside-toplevel
+
+  m, n = args.shape
+  elements = m * n
+  (device,) = target_devices(args.target, 1)
+  on = SingleDeviceSharding(device)
+  key = jax.random.key(0)
+  inputs = (jax.ShapeDtypeStruct((m, n), jnp.bfloat16, sharding=on), jax.ShapeDtypeStruct(key.shape, key.dtype,
+                                                                                          sharding=on))
+  print(f"the quantizer's GEMM operands, {m} x {n} bf16, compiled for one {TARGETS[args.target].name}: "
+        "SASS per thread x threads / elements")
+  print(f"{'operand':<18} {'kernel':<30} {'SASS':>6} {'threads':>9} {'SASS/el':>8} {'conv/el':>8} {'HLO ops/el':>10}")
+  rows = []
+  for index, (operand, scaling, axis, rht, stochastic) in enumerate(OPERANDS):
+
+    def codes(x, k, scaling=scaling, axis=axis, rht=rht, stochastic=stochastic):
+      quantized = quantize_codes(x, scaling, rht=rht, stochastic_rounding=stochastic, key=k if stochastic else None,
+                                 axis=axis)
+      return quantized.codes, quantized.scales, quantized.amax
+
+    codes.__name__ = f"operand{index}"
+    compiled = jax.jit(codes).lower(*inputs).compile()
+    machine = sass.kernels_of(compiled)
+    launched = _launches(codes.__name__)
+    for k in kernels.kernels(compiled.as_text()):
+      name = k.name.replace(".", "_")
+      if k.bytes < elements or name not in machine or name not in launched:
+        continue  # not a pass over the operand, or not a kernel of XLA's own (a library GEMM)
+      code = machine[name]
+      row = {"operand": operand, "kernel": name, "sass_per_thread": code.count, "threads": launched[name],
+             "sass_per_element": code.count * launched[name] / elements,
+             "conversions_per_element": code.conversions * launched[name] / elements,
+             "hlo_ops_per_element": k.work.lane_ops / elements, "loops": code.loops}
+      rows.append(row)
+      print(f"{operand:<18} {name:<30} {code.count:6d} {launched[name]:9d} {row['sass_per_element']:8.1f} "
+            f"{row['conversions_per_element']:8.1f} {row['hlo_ops_per_element']:10.1f}"
+            + ("  (loops: a static count)" if code.loops else ""))
+  if args.json:
+    args.json.write_text(json.dumps({"target": args.target, "shape": [m, n], "kernels": rows}, indent=1))
+    print(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+  main(sys.argv[1:])

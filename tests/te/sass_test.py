@@ -1,0 +1,39 @@
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
+"""The quantizer's machine code for a described GB300 (scripts/sass_count.py, MaxText.preflight.sass): the cubins
+ptxas made when XLA compiled each GEMM operand's passes on this CPU, disassembled by nvdisasm. Nothing runs on a GPU.
+
+In a subprocess of its own: the suite starts XLA with --xla_backend_optimization_level=0 (tests/conftest.py), and XLA
+reads its flags once a process, so in the suite's process the GPU kernels would be LLVM's unoptimized code (each fused
+op a function call), not what a user's compile gives.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def test_the_codes_passes_issue_few_instructions_an_element_and_no_conversions(te, tmp_path):
+  """Every operand the recipe quantizes (x, W, dY, x^T, dY^T of 8192 x 4096) has its codes pass (the kernel that
+  writes the packed E2M1 codes) read from the machine code: straight-line, no int-float conversion or rounding to an
+  integral float, and at most 23 SASS instructions an element to nearest, 48 with stochastic rounding (measured 20.8
+  to 22.8 and 46.0 to 46.7 with ptxas 12.9 for sm_103a; 25.9 to 27.4 and 48.9 to 49.7, with two or three conversions
+  an element, when the rounding went through jnp.round, jnp.floor and astype: red then)."""
+  del te
+  out = tmp_path / "sass.json"
+  env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+  run = subprocess.run([sys.executable, str(ROOT / "scripts" / "sass_count.py"), "--json", str(out)], cwd=ROOT,
+                       env=env, capture_output=True, text=True, timeout=600, check=False)
+  assert run.returncode == 0, run.stderr[-3000:]
+  rows = json.loads(out.read_text())["kernels"]
+  codes = {r["operand"]: r for r in rows if r["kernel"].startswith("loop_or_fusion")}
+  assert set(codes) == {"x (fprop)", "W (fprop, dgrad)", "dY (dgrad)", "x^T (wgrad)", "dY^T (wgrad)"}, run.stdout
+  for operand, row in codes.items():
+    stochastic = operand.startswith("dY")
+    assert not row["loops"] and row["conversions_per_element"] == 0, row
+    assert row["sass_per_element"] <= (48 if stochastic else 23), row
