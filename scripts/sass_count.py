@@ -17,14 +17,16 @@ rate), and nothing here runs on a GPU.
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
 import pathlib
-import re
+import shutil
 import sys
 import tempfile
 
 _DUMP = tempfile.mkdtemp(prefix="sass-count-")
+atexit.register(shutil.rmtree, _DUMP, ignore_errors=True)
 os.environ.setdefault("JAX_PLATFORMS", "cpu")  # the compile-only GPUs come from the CUDA plugin's topology API
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 # XLA's dump of each compile: its thunk sequence names every kernel with its launch dimensions.
@@ -40,19 +42,6 @@ OPERANDS = (
     ("x^T (wgrad)", "1d", 0, True, False),
     ("dY^T (wgrad)", "1d", 0, True, True),
 )
-_LAUNCH = re.compile(r"\bkCustomKernel\b.*?\]\s+([\w.\-]+)\s+grid: \[(\d+), (\d+), (\d+)\] threads: \[(\d+), (\d+), (\d+)\]")
-
-
-def _launches(module: str) -> dict[str, int]:
-  """Threads launched per kernel, from the dumped thunk sequence of the jitted function `module`."""
-  found: dict[str, int] = {}
-  for path in pathlib.Path(_DUMP).glob(f"module_*.jit_{module}.thunk_sequence.txt"):
-    for match in _LAUNCH.finditer(path.read_text()):
-      grid = int(match.group(2)) * int(match.group(3)) * int(match.group(4))
-      found[match.group(1)] = grid * int(match.group(5)) * int(match.group(6)) * int(match.group(7))
-  return found
-
-
 def main(argv: list[str]) -> None:
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("--target", default="gb300")
@@ -92,18 +81,18 @@ def main(argv: list[str]) -> None:
     codes.__name__ = f"operand{index}"
     compiled = jax.jit(codes).lower(*inputs).compile()
     machine = sass.kernels_of(compiled)
-    launched = _launches(codes.__name__)
+    launched = sass.launches(_DUMP, codes.__name__)
     for k in kernels.kernels(compiled.as_text()):
-      name = k.name.replace(".", "_")
-      if k.bytes < elements or name not in machine or name not in launched:
+      launch = launched.get(k.name)
+      if k.bytes < elements or launch is None or launch.kernel not in machine:
         continue  # not a pass over the operand, or not a kernel of XLA's own (a library GEMM)
-      code = machine[name]
-      row = {"operand": operand, "kernel": name, "sass_per_thread": code.count, "threads": launched[name],
-             "sass_per_element": code.count * launched[name] / elements,
-             "conversions_per_element": code.conversions * launched[name] / elements,
+      code, name = machine[launch.kernel], launch.kernel
+      row = {"operand": operand, "kernel": name, "sass_per_thread": code.count, "threads": launch.threads,
+             "sass_per_element": code.count * launch.threads / elements,
+             "conversions_per_element": code.conversions * launch.threads / elements,
              "hlo_ops_per_element": k.work.lane_ops / elements, "loops": code.loops}
       rows.append(row)
-      print(f"{operand:<18} {name:<30} {code.count:6d} {launched[name]:9d} {row['sass_per_element']:8.1f} "
+      print(f"{operand:<18} {name:<30} {code.count:6d} {launch.threads:9d} {row['sass_per_element']:8.1f} "
             f"{row['conversions_per_element']:8.1f} {row['hlo_ops_per_element']:10.1f}"
             + ("  (loops: a static count)" if code.loops else ""))
   if args.json:

@@ -8,8 +8,8 @@ for the described GPU when jax compiled the program (MaxText.preflight.compile):
 executable. This takes them out and disassembles them with NVIDIA's nvdisasm (PyPI: nvidia-cuda-nvdisasm, installed
 by `./setup.sh --gpu`).
 
-Where the cubins are, as jax 0.12's `serialize_executable` gives a CUDA executable (read off its bytes; not a
-documented format): a pickle whose executable bytes are a riegeli stream (one 24-byte block header every 64 KiB of
+Where the cubins are, in XLA's serialization of a CUDA executable as jax 0.12 reaches it (read off its bytes; not a
+documented format): a riegeli stream (one 24-byte block header every 64 KiB of
 it; a stream nested in another has headers of its own) holding a snappy-compressed protobuf, in which each kernel's
 cubin is an ELF file. A jax that lays it out otherwise gets a SassError naming what was not found, never a count.
 """
@@ -17,9 +17,11 @@ cubin is an ELF file. A jax that lays it out otherwise gets a SassError naming w
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import dataclasses
+import math
+import os
 import pathlib
-import pickletools
 import re
 import shutil
 import struct
@@ -28,7 +30,7 @@ import sysconfig
 import tempfile
 from typing import Any
 
-__all__ = ["SassError", "SassKernel", "cubins", "disassemble", "kernels_of", "nvdisasm"]
+__all__ = ["Launch", "SassError", "SassKernel", "cubins", "disassemble", "kernels_of", "launches", "nvdisasm"]
 
 _BLOCK = 1 << 16  # riegeli's block size
 _BLOCK_HEADER = 24  # header hash, previous chunk's distance, next chunk's distance (uint64 each)
@@ -36,6 +38,9 @@ _ELF = b"\x7fELF"
 #: SASS opcodes (first dotted part) of conversions between integers and floats and of rounding to an integral float.
 CONVERSIONS = frozenset({"F2I", "I2F", "I2FP", "F2IP", "FRND", "F2F"})
 _INSTRUCTION = re.compile(r"/\*[0-9a-f]{4,}\*/\s+([^;]*);")
+_LAUNCH = re.compile(r"^\s*(\d+): kCustomKernel\b.*?\]\s+([\w.\-]+)\s+grid: \[(\d+), (\d+), (\d+)\] "
+                     r"threads: \[(\d+), (\d+), (\d+)\]", re.M)
+_THUNK = re.compile(r'profile_annotation: "([^"]+)"\s+thunk_id: (\d+)')
 _KERNEL = re.compile(r"\.text\.([\w.$\-]+):")
 _LABEL = re.compile(r"^\s*(\.L_x_\d+):")
 _BRANCH = re.compile(r"\bBRA\b.*?`?\(?(\.L_x_\d+)\)?")
@@ -83,28 +88,28 @@ def nvdisasm() -> pathlib.Path:
 
 
 def _executable_bytes(compiled: Any) -> bytes:
-  """The serialized executable inside jax's pickle of `compiled` (the first bytes object of at least 64 KiB, or the
-  largest)."""
-  from jax.experimental.serialize_executable import serialize  # pylint: disable=import-outside-toplevel  # jax: heavy
-
-  payload = serialize(compiled)[0]
-  found = [arg for op, arg, _ in pickletools.genops(payload) if isinstance(arg, bytes)]
-  if not found:
-    raise SassError("no executable bytes in jax's serialized executable")
-  return max(found, key=len)
+  """XLA's serialization of the executable behind `compiled` (what jax.experimental.serialize_executable pickles; taken
+  directly, since a program with custom partitioning cannot be pickled)."""
+  unloaded = getattr(compiled._executable, "_unloaded_executable", None)  # pylint: disable=protected-access  # jax
+  executable = getattr(unloaded, "xla_executable", None)
+  if executable is None:
+    raise SassError("this jax executable has no XLA executable to serialize")
+  serialize = getattr(executable, "serialize", None)
+  return serialize() if serialize is not None else executable.client.serialize_executable(executable)
 
 
 def _without_block_headers(data: bytes) -> bytes:
   """`data` less riegeli's block headers. A riegeli stream starts with a block header whose previous-chunk distance is
-  0, and has another at every 64 KiB of it, each with both distances within the data. A stream nested in another
+  0, and has another at every 64 KiB of it, each with both distances (back to its chunk's start, on to its end)
+  within the data. A stream nested in another
   counts its 64 KiB without the outer stream's headers: the outer stream's come out first, then the next one's."""
 
   def distances(data: bytes, at: int) -> tuple[int, int]:
     return struct.unpack_from("<QQ", data, at + 8) if at + _BLOCK_HEADER <= len(data) else (-1, -1)
 
-  def inside(data: bytes, at: int) -> bool:
+  def inside(data: bytes, at: int) -> bool:  # a chunk may span blocks: the distances are to its two ends
     previous, following = distances(data, at)
-    return 0 < previous <= _BLOCK and 0 < following < len(data)
+    return 0 < previous < len(data) and 0 < following < len(data)
 
   while True:
     start = next((f for f in range(min(_BLOCK, len(data))) if distances(data, f)[0] == 0
@@ -159,8 +164,11 @@ def _unsnappy(data: bytes, at: int) -> bytes | None:
         at += width
       if not 0 < offset <= len(out):
         return None
-      for _ in range(length):
-        out.append(out[-offset])
+      if offset >= length:  # no overlap: one slice
+        out += out[len(out) - offset:len(out) - offset + length]
+      else:  # a run: each byte copies one written `offset` before it
+        for _ in range(length):
+          out.append(out[-offset])
   except IndexError:
     return None
   return bytes(out) if len(out) == size else None
@@ -181,7 +189,7 @@ def _elf_files(data: bytes) -> list[bytes]:
 def cubins(compiled: Any) -> list[bytes]:
   """The kernels' cubins (ELF files) of `compiled`, a jax executable compiled for a CUDA GPU (compile-only ones too)."""
   data = _without_block_headers(_executable_bytes(compiled))
-  for at in range(min(len(data), 4096)):
+  for at in range(len(data)):
     declared, _ = _varint(data, at)
     if len(data) < declared < 64 * len(data):
       out = _unsnappy(data, at)
@@ -226,6 +234,33 @@ def disassemble(cubin: bytes, tool: pathlib.Path | None = None) -> list[SassKern
 
 
 def kernels_of(compiled: Any) -> dict[str, SassKernel]:
-  """Every kernel of `compiled` by its name (XLA's fusion names, as in `compiled.as_text()`, dots made underscores)."""
+  """Every kernel of `compiled` by its name (`launches` says which kernel an HLO instruction runs); nvdisasm runs on
+  every core."""
   tool = nvdisasm()
-  return {kernel.name: kernel for cubin in cubins(compiled) for kernel in disassemble(cubin, tool)}
+  with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+    disassembled = list(pool.map(lambda cubin: disassemble(cubin, tool), cubins(compiled)))
+  return {kernel.name: kernel for found in disassembled for kernel in found}
+
+
+@dataclasses.dataclass(frozen=True)
+class Launch:
+  """How an HLO instruction runs as a kernel: the kernel's name (another instruction's, where XLA reuses the kernel of
+  an identical fusion) and the threads it launches (grid x block)."""
+
+  kernel: str
+  threads: int
+
+
+def launches(dump: str | pathlib.Path, module: str) -> dict[str, Launch]:
+  """Each HLO instruction of jitted function `module` that runs a kernel, by its name, from XLA's dump of its compile in
+  folder `dump` (`XLA_FLAGS=--xla_dump_to=DIR`, set before jax starts): the thunk metadata names each thunk's
+  instruction, the thunk sequence its kernel, grid and block. Empty where the dump has no such module."""
+  found: dict[str, Launch] = {}
+  for sequence in pathlib.Path(dump).glob(f"module_*.jit_{module}.thunk_sequence.txt"):
+    by_thunk = {int(m.group(1)): Launch(m.group(2), math.prod(int(g) for g in m.groups()[2:]))
+                for m in _LAUNCH.finditer(sequence.read_text())}
+    metadata = sequence.with_name(sequence.name.replace(".thunk_sequence.txt", ".thunk_metadata.txt"))
+    for annotation, thunk in _THUNK.findall(metadata.read_text() if metadata.is_file() else ""):
+      if int(thunk) in by_thunk:
+        found[annotation] = by_thunk[int(thunk)]
+  return found

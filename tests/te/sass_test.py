@@ -37,3 +37,24 @@ def test_the_codes_passes_issue_few_instructions_an_element_and_no_conversions(t
     stochastic = operand.startswith("dY")
     assert not row["loops"] and row["conversions_per_element"] == 0, row
     assert row["sass_per_element"] <= (48 if stochastic else 23), row
+
+
+
+def test_a_train_steps_kernels_are_all_read(te, tmp_path):
+  """scripts/top_kernels.py --sass on the tiny model's fused-backend train step for one GB300: an executable of many
+  riegeli blocks, nested, with chunks that span blocks. Every fusion of XLA's in the compiled HLO runs a kernel whose
+  machine code was read, under its own name or the one XLA reused for an identical fusion (the dumped thunks say
+  which); only copies and the asynchronous copy fusions run none."""
+  del te
+  out = tmp_path / "kernels.json"
+  env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+  run = subprocess.run([sys.executable, str(ROOT / "scripts" / "top_kernels.py"), "configs/tiny.yml",
+                        "quantization=te_nvfp4", "nvfp4_backend=fused", "base_emb_dim=128", "head_dim=32",
+                        "base_mlp_dim=256", "per_device_batch_size=1", "max_target_length=128", "--target", "gb300",
+                        "--devices", "1", "--sass", "--top", "1", "--json", str(out)],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=900, check=False)
+  assert run.returncode == 0, run.stderr[-3000:]
+  rows = json.loads(out.read_text())["kernels"]
+  fusions = [r for r in rows if r["opcode"].startswith("fusion:") and not r["name"].startswith("fusion-start")]
+  assert len(fusions) > 100 and not [r["name"] for r in fusions if r["sass"] == "no kernel"]
+  assert sum(r["sass"] == "counted" for r in fusions) > 0.8 * len(fusions)
