@@ -17,20 +17,13 @@ rate), and nothing here runs on a GPU.
 from __future__ import annotations
 
 import argparse
-import atexit
 import json
 import os
 import pathlib
-import shutil
 import sys
-import tempfile
 
-_DUMP = tempfile.mkdtemp(prefix="sass-count-")
-atexit.register(shutil.rmtree, _DUMP, ignore_errors=True)
 os.environ.setdefault("JAX_PLATFORMS", "cpu")  # the compile-only GPUs come from the CUDA plugin's topology API
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
-# XLA's dump of each compile: its thunk sequence names every kernel with its launch dimensions.
-os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_dump_to={_DUMP}".strip()
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 
 #: (operand, scaling, block axis, RHT, stochastic rounding): the recipe's quantized GEMM operands
@@ -42,12 +35,16 @@ OPERANDS = (
     ("x^T (wgrad)", "1d", 0, True, False),
     ("dY^T (wgrad)", "1d", 0, True, True),
 )
+
+
 def main(argv: list[str]) -> None:
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("--target", default="gb300")
   parser.add_argument("--shape", type=int, nargs=2, default=(8192, 4096), metavar=("M", "N"))
   parser.add_argument("--json", type=pathlib.Path)
   args = parser.parse_args(argv)
+  from MaxText.preflight import sass  # pylint: disable=import-outside-toplevel  # no jax: before jax starts
+  dump = sass.dump_compiles()  # each compile's launch dimensions
 
   # pylint: disable=import-outside-toplevel  # jax: after the arguments hold and XLA_FLAGS is set (seconds)
   import jax
@@ -55,7 +52,7 @@ def main(argv: list[str]) -> None:
   from jax.sharding import SingleDeviceSharding
 
   from MaxText.nvfp4.quantize import quantize_codes
-  from MaxText.preflight import kernels, sass
+  from MaxText.preflight import kernels
   from MaxText.preflight.compile import target_devices
   from MaxText.preflight.targets import TARGETS
   # pylint: enable=import-outside-toplevel
@@ -81,7 +78,7 @@ def main(argv: list[str]) -> None:
     codes.__name__ = f"operand{index}"
     compiled = jax.jit(codes).lower(*inputs).compile()
     machine = sass.kernels_of(compiled)
-    launched = sass.launches(_DUMP, codes.__name__)
+    launched = sass.launches(dump, codes.__name__)
     for k in kernels.kernels(compiled.as_text()):
       launch = launched.get(k.name)
       if k.bytes < elements or launch is None or launch.kernel not in machine:

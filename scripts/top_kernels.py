@@ -23,14 +23,11 @@ adds a column with it.
 from __future__ import annotations
 
 import argparse
-import atexit
 import collections
 import json
 import os
 import pathlib
-import shutil
 import sys
-import tempfile
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")  # the compile-only GPUs come from the CUDA plugin's topology API
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
@@ -55,16 +52,13 @@ def main(argv: list[str]) -> None:
   parser.add_argument("--sass", action="store_true", help="also count each kernel's machine code (MaxText.preflight."
                       "sass: SASS instructions x threads launched; about 2 more minutes)")
   args = parser.parse_args(argv)
-  dump = None
-  if args.sass:  # XLA's dump of the compile, for the launch dimensions: before jax starts
-    dump = tempfile.mkdtemp(prefix="top-kernels-")
-    atexit.register(shutil.rmtree, dump, ignore_errors=True)
-    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_dump_to={dump}".strip()
+  from MaxText.preflight import sass  # pylint: disable=import-outside-toplevel  # no jax: before jax starts
+  dump = sass.dump_compiles() if args.sass else None  # the kernels' launch dimensions
 
   # pylint: disable=import-outside-toplevel  # jax, maxtext and TE: after the arguments hold (seconds)
   from MaxText.backends import environment
   from MaxText.integration import seam, shapes
-  from MaxText.preflight import kernels, library, origins, predict, sass
+  from MaxText.preflight import kernels, library, origins, predict
   from MaxText.preflight.targets import TARGETS
   # pylint: enable=import-outside-toplevel
 

@@ -10,6 +10,7 @@ kernels and bytes the plugin adds around TE's. The parts:
   library     what the command line, the self-check and the scripts share: a run's config, the target's
               environment, the step compiled for it, whether the run is NVFP4 on TE;
   kernels     the compiled program read as kernels with the bytes each reads and writes;
+  sass        the machine code of each kernel (ptxas's cubins, disassembled) and the threads XLA launches it with;
   comparisons the programs a prediction can compare with (maxtext's fp8, bf16, upstream te_nvfp4); no maxtext, no jax;
   programs    the taps a pre-flight compiles the run without, and the prediction loop;
   run         one pre-flight: the programs it compiles and the report's lines and JSON (`__main__` parses and prints).

@@ -9,13 +9,14 @@ executable. This takes them out and disassembles them with NVIDIA's nvdisasm (Py
 by `./setup.sh --gpu`).
 
 Where the cubins are, in XLA's serialization of a CUDA executable as jax 0.12 reaches it (read off its bytes; not a
-documented format): a riegeli stream (one 24-byte block header every 64 KiB of
-it; a stream nested in another has headers of its own) holding a snappy-compressed protobuf, in which each kernel's
-cubin is an ELF file. A jax that lays it out otherwise gets a SassError naming what was not found, never a count.
+documented format): a riegeli stream (a 24-byte block header every 64 KiB of it; a stream nested in another has
+headers of its own) holding a snappy-compressed protobuf, in which each kernel's cubin is an ELF file. A jax that
+lays it out otherwise gets a SassError naming what was not found, never a count.
 """
 
 from __future__ import annotations
 
+import atexit
 import collections
 import concurrent.futures
 import dataclasses
@@ -30,7 +31,8 @@ import sysconfig
 import tempfile
 from typing import Any
 
-__all__ = ["Launch", "SassError", "SassKernel", "cubins", "disassemble", "kernels_of", "launches", "nvdisasm"]
+__all__ = ["Launch", "SassError", "SassKernel", "cubins", "disassemble", "dump_compiles", "kernels_of", "launches",
+           "nvdisasm"]
 
 _BLOCK = 1 << 16  # riegeli's block size
 _BLOCK_HEADER = 24  # header hash, previous chunk's distance, next chunk's distance (uint64 each)
@@ -101,8 +103,8 @@ def _executable_bytes(compiled: Any) -> bytes:
 def _without_block_headers(data: bytes) -> bytes:
   """`data` less riegeli's block headers. A riegeli stream starts with a block header whose previous-chunk distance is
   0, and has another at every 64 KiB of it, each with both distances (back to its chunk's start, on to its end)
-  within the data. A stream nested in another
-  counts its 64 KiB without the outer stream's headers: the outer stream's come out first, then the next one's."""
+  within the data. A stream nested in another counts its 64 KiB without the outer stream's headers: the outer
+  stream's come out first, then the next one's. Each round removes at least one header, so it ends."""
 
   def distances(data: bytes, at: int) -> tuple[int, int]:
     return struct.unpack_from("<QQ", data, at + 8) if at + _BLOCK_HEADER <= len(data) else (-1, -1)
@@ -189,7 +191,7 @@ def _elf_files(data: bytes) -> list[bytes]:
 def cubins(compiled: Any) -> list[bytes]:
   """The kernels' cubins (ELF files) of `compiled`, a jax executable compiled for a CUDA GPU (compile-only ones too)."""
   data = _without_block_headers(_executable_bytes(compiled))
-  for at in range(len(data)):
+  for at in range(len(data) - 10):  # a varint takes at most 10 bytes
     declared, _ = _varint(data, at)
     if len(data) < declared < 64 * len(data):
       out = _unsnappy(data, at)
@@ -242,6 +244,15 @@ def kernels_of(compiled: Any) -> dict[str, SassKernel]:
   return {kernel.name: kernel for found in disassembled for kernel in found}
 
 
+def dump_compiles() -> str:
+  """A temporary folder XLA dumps every compile of this process into (removed at exit), for `launches`: call it before
+  jax starts, since XLA reads XLA_FLAGS once."""
+  folder = tempfile.mkdtemp(prefix="xla-dump-")
+  atexit.register(shutil.rmtree, folder, ignore_errors=True)
+  os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_dump_to={folder}".strip()
+  return folder
+
+
 @dataclasses.dataclass(frozen=True)
 class Launch:
   """How an HLO instruction runs as a kernel: the kernel's name (another instruction's, where XLA reuses the kernel of
@@ -253,7 +264,7 @@ class Launch:
 
 def launches(dump: str | pathlib.Path, module: str) -> dict[str, Launch]:
   """Each HLO instruction of jitted function `module` that runs a kernel, by its name, from XLA's dump of its compile in
-  folder `dump` (`XLA_FLAGS=--xla_dump_to=DIR`, set before jax starts): the thunk metadata names each thunk's
+  folder `dump` (`dump_compiles`): the thunk metadata names each thunk's
   instruction, the thunk sequence its kernel, grid and block. Empty where the dump has no such module."""
   found: dict[str, Launch] = {}
   for sequence in pathlib.Path(dump).glob(f"module_*.jit_{module}.thunk_sequence.txt"):
