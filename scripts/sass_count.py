@@ -3,15 +3,15 @@
 
   .venv-gpu/bin/python scripts/sass_count.py [--target gb300] [--shape 8192 4096] [--json OUT.json]
 
-Compiles each GEMM operand the recipe quantizes (`quantize_codes` of one M x N bf16 input: x and W for fprop, dY for
-dgrad, x^T and dY^T for wgrad) for one described GPU with XLA's GPU compiler on this CPU, then reads its kernels'
-machine code (MaxText.preflight.sass: the cubins ptxas made, disassembled by nvdisasm). For each kernel that moves
-operand-sized data it prints the SASS instructions a thread runs, the threads XLA launches (from XLA's dump of the
-compile), their product per element of the operand, the int-float conversions among them, and the pre-flight's own
-count (classify._lane_ops: one per fused HLO op per element), which prices the prediction's "instr ms". Why: a GPU
-runs these passes bound by their instructions (docs/prediction.md), and this is the count the GPU issues, where the
-pre-flight's is a model. Not a timing: instructions differ in throughput (conversions run at a fraction of the
-rate), and nothing here runs on a GPU.
+Compiles each GEMM operand the recipe quantizes (`quantize_codes` of one M x N bf16 input for each row of
+MaxText.nvfp4.operands: x and W for fprop, dY for dgrad, x^T and dY^T for wgrad) for one described GPU with XLA's GPU
+compiler on this CPU, then reads its kernels' machine code (MaxText.preflight.sass: the cubins ptxas made,
+disassembled by nvdisasm). For each kernel that moves operand-sized data it prints the SASS instructions a thread
+runs, the threads XLA launches (from XLA's dump of the compile), their product per element of the operand, the
+int-float conversions among them, and the pre-flight's own count (classify._lane_ops: one per fused HLO op per
+element), which prices the prediction's "instr ms". Why: a GPU runs these passes bound by their instructions
+(docs/prediction.md), and this is the count the GPU issues, where the pre-flight's is a model. Not a timing:
+instructions differ in throughput (conversions run at a fraction of the rate), and nothing here runs on a GPU.
 """
 
 from __future__ import annotations
@@ -25,17 +25,6 @@ import sys
 os.environ.setdefault("JAX_PLATFORMS", "cpu")  # the compile-only GPUs come from the CUDA plugin's topology API
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
-
-#: (operand, scaling, block axis, RHT, stochastic rounding): the recipe's quantized GEMM operands
-#: (docs/numerics.md): 1x16 blocks along the contracted axis, in place for the wgrad operands (axis 0).
-OPERANDS = (
-    ("x (fprop)", "1d", 1, False, False),
-    ("W (fprop, dgrad)", "2d", 1, False, False),
-    ("dY (dgrad)", "1d", 1, False, True),
-    ("x^T (wgrad)", "1d", 0, True, False),
-    ("dY^T (wgrad)", "1d", 0, True, True),
-)
-
 
 def main(argv: list[str]) -> None:
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -51,6 +40,8 @@ def main(argv: list[str]) -> None:
   import jax.numpy as jnp
   from jax.sharding import SingleDeviceSharding
 
+  from MaxText.nvfp4.gemm import GemmRecipe
+  from MaxText.nvfp4.operands import gemm_operands
   from MaxText.nvfp4.quantize import quantize_codes
   from MaxText.preflight import kernels
   from MaxText.preflight.compile import target_devices
@@ -68,14 +59,14 @@ def main(argv: list[str]) -> None:
         "SASS per thread x threads / elements")
   print(f"{'operand':<18} {'kernel':<30} {'SASS':>6} {'threads':>9} {'SASS/el':>8} {'conv/el':>8} {'HLO ops/el':>10}")
   rows = []
-  for index, (operand, scaling, axis, rht, stochastic) in enumerate(OPERANDS):
+  for operand in gemm_operands(GemmRecipe()):  # the recipe's five: 16x16 weights, RHT and stochastic rounding on
 
-    def codes(x, k, scaling=scaling, axis=axis, rht=rht, stochastic=stochastic):
-      quantized = quantize_codes(x, scaling, rht=rht, stochastic_rounding=stochastic, key=k if stochastic else None,
-                                 axis=axis)
+    def codes(x, k, operand=operand):
+      quantized = quantize_codes(x, operand.scaling, rht=operand.rht, stochastic_rounding=operand.stochastic,
+                                 key=k if operand.stochastic else None, axis=operand.axis)
       return quantized.codes, quantized.scales, quantized.amax
 
-    codes.__name__ = f"operand{index}"
+    codes.__name__ = operand.name
     compiled = jax.jit(codes).lower(*inputs).compile()
     machine = sass.kernels_of(compiled)
     launched = sass.launches(dump, codes.__name__)
@@ -84,12 +75,13 @@ def main(argv: list[str]) -> None:
       if k.bytes < elements or launch is None or launch.kernel not in machine:
         continue  # not a pass over the operand, or not a kernel of XLA's own (a library GEMM)
       code, name = machine[launch.kernel], launch.kernel
-      row = {"operand": operand, "kernel": name, "sass_per_thread": code.count, "threads": launch.threads,
+      row = {"operand": operand.name, "stochastic": operand.stochastic, "kernel": name, "sass_per_thread": code.count,
+             "threads": launch.threads,
              "sass_per_element": code.count * launch.threads / elements,
              "conversions_per_element": code.conversions * launch.threads / elements,
              "hlo_ops_per_element": k.work.lane_ops / elements, "loops": code.loops}
       rows.append(row)
-      print(f"{operand:<18} {name:<30} {code.count:6d} {launch.threads:9d} {row['sass_per_element']:8.1f} "
+      print(f"{operand.name:<18} {name:<30} {code.count:6d} {launch.threads:9d} {row['sass_per_element']:8.1f} "
             f"{row['conversions_per_element']:8.1f} {row['hlo_ops_per_element']:10.1f}"
             + ("  (loops: a static count)" if code.loops else ""))
   if args.json:
