@@ -68,13 +68,12 @@ def main(argv: list[str]) -> None:
 
     codes.__name__ = operand.name
     compiled = jax.jit(codes).lower(*inputs).compile()
-    machine = sass.kernels_of(compiled)
-    launched = sass.launches(dump, codes.__name__)
+    ran = sass.by_instruction(compiled, dump, codes.__name__)
     for k in kernels.kernels(compiled.as_text()):
-      launch = launched.get(k.name)
-      if k.bytes < elements or launch is None or launch.kernel not in machine:
+      if k.bytes < elements or k.name not in ran:
         continue  # not a pass over the operand, or not a kernel of XLA's own (a library GEMM)
-      code, name = machine[launch.kernel], launch.kernel
+      launch, code = ran[k.name]
+      name = launch.kernel
       row = {"operand": operand.name, "stochastic": operand.stochastic, "kernel": name, "sass_per_thread": code.count,
              "threads": launch.threads,
              "sass_per_element": code.count * launch.threads / elements,

@@ -72,27 +72,26 @@ def main(argv: list[str]) -> None:
   found = kernels.kernels(text)
   target = TARGETS[args.target]
   peaks, widths = target.peaks, shapes.mlp_widths(config)
-  machine, launched = ({}, {}) if dump is None else (sass.kernels_of(compiled), sass.launches(dump, "train_step"))
+  ran = {} if dump is None else sass.by_instruction(compiled, dump, "train_step")
   rows = []
   for k in found:
     if predict.group_of(k, widths).value != args.group:
       continue
     ms = 1e3 * predict.kernel_seconds(k, peaks) * k.runs
     instr_ms = 1e3 * k.work.lane_ops / target.lane_ops_per_second * k.runs
-    launch = launched.get(k.name)
-    code = machine.get(launch.kernel) if launch is not None else None
+    launch, code = ran.get(k.name, (None, None))
     sass_ms = (1e3 * code.count * launch.threads / target.lane_ops_per_second * k.runs
                if code is not None and not code.loops else None)
-    status = "not read" if not machine else "no kernel" if code is None else "loops" if code.loops else "counted"
+    status = "not read" if dump is None else "no kernel" if code is None else "loops" if code.loops else "counted"
     rows.append({"ms_per_step": ms, "instructions_ms_per_step": instr_ms, "sass_ms_per_step": sass_ms, "sass": status,
                  "bytes": k.bytes, "runs": k.runs, "opcode": k.opcode, "name": k.name, "op_name": k.attributed,
                  "origin": str(origins.origin(k)), "results": list(k.results)})
   rows.sort(key=lambda r: -r["ms_per_step"])
   total = sum(r["ms_per_step"] for r in rows)
   print(f"{args.group}: {total:.1f} ms per step in {len(rows)} kernels ({args.devices} x {target.name})")
-  print(f"{'ms/step':>8} {'instr ms':>8}{' SASS ms' if machine else ''} {'MB/run':>8} {'runs':>5}  op_name (last parts)")
+  print(f"{'ms/step':>8} {'instr ms':>8}{' SASS ms' if dump else ''} {'MB/run':>8} {'runs':>5}  op_name (last parts)")
   for r in rows[:args.top]:
-    counted = (f" {r['sass_ms_per_step']:8.2f}" if r["sass_ms_per_step"] is not None else f" {'-':>8}") if machine else ""
+    counted = (f" {r['sass_ms_per_step']:8.2f}" if r["sass_ms_per_step"] is not None else f" {'-':>8}") if dump else ""
     print(f"{r['ms_per_step']:8.2f} {r['instructions_ms_per_step']:8.2f}{counted} {r['bytes'] / 1e6:8.1f} "
           f"{r['runs']:5d}  {r['name']}  {_tail(r['op_name'])}")
   by_origin: dict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0.0, 0.0])
@@ -104,9 +103,9 @@ def main(argv: list[str]) -> None:
   print(f"\nby origin, ms per step: the prediction's (bytes), and each kernel at its bytes or its instructions, "
         f"whichever takes longer ({target.lane_ops_per_second / 1e12:.1f} T instructions/s: "
         f"{target.sm_count} SMs x 128 lanes x {target.clock_ghz} GHz; classify._lane_ops)"
-        + (", then with its SASS count where it has straight-line machine code" if machine else ""))
+        + (", then with its SASS count where it has straight-line machine code" if dump else ""))
   for name, (by_bytes, either, by_machine) in sorted(by_origin.items(), key=lambda kv: -kv[1][1]):
-    print(f"{by_bytes:8.2f} {either:8.2f}" + (f" {by_machine:8.2f}" if machine else "") + f"  {name}")
+    print(f"{by_bytes:8.2f} {either:8.2f}" + (f" {by_machine:8.2f}" if dump else "") + f"  {name}")
   by_op: dict[str, float] = collections.defaultdict(float)
   for r in rows:
     by_op[r["op_name"].split("/")[-1] or r["opcode"]] += r["ms_per_step"]

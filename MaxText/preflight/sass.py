@@ -31,8 +31,8 @@ import sysconfig
 import tempfile
 from typing import Any
 
-__all__ = ["Launch", "SassError", "SassKernel", "cubins", "disassemble", "dump_compiles", "kernels_of", "launches",
-           "nvdisasm"]
+__all__ = ["Launch", "SassError", "SassKernel", "by_instruction", "cubins", "disassemble", "dump_compiles", "kernels_of",
+           "launches", "nvdisasm"]
 
 _BLOCK = 1 << 16  # riegeli's block size
 _BLOCK_HEADER = 24  # header hash, previous chunk's distance, next chunk's distance (uint64 each)
@@ -275,3 +275,12 @@ def launches(dump: str | pathlib.Path, module: str) -> dict[str, Launch]:
       if int(thunk) in by_thunk:
         found[annotation] = by_thunk[int(thunk)]
   return found
+
+
+def by_instruction(compiled: Any, dump: str | pathlib.Path, module: str) -> dict[str, tuple[Launch, SassKernel]]:
+  """What each HLO instruction of `compiled` (jitted function `module`, its compile dumped into `dump`) runs as a
+  kernel of XLA's: the launch (`launches`) and that kernel's machine code (`kernels_of`). Instructions that run no
+  such kernel (copies, library calls) are not in it."""
+  machine = kernels_of(compiled)
+  return {name: (launch, machine[launch.kernel]) for name, launch in launches(dump, module).items()
+          if launch.kernel in machine}
