@@ -2,6 +2,7 @@
 """The NVFP4 GEMM: forward and both gradients against an f32 reference built from quantize/dequantize."""
 
 import functools
+import re
 
 import jax
 import jax.extend  # noqa: F401  (jax.extend.core.Jaxpr, for walking jaxprs)
@@ -115,17 +116,20 @@ def test_maxtext_dimension_numbers(lhs_shape, rhs_shape, dims):
   assert _rel(dx, dx_ref) < 0.2 and _rel(dw, dw_ref) < 0.25
 
 
-def _equations(jaxpr):
-  """Every equation of a jaxpr, recursing into sub-jaxprs (pjit, custom_vjp, ...)."""
+def _equations(jaxpr, skip=()):
+  """Every equation of a jaxpr, recursing into sub-jaxprs (pjit, custom_vjp, ...) except those of primitives named in
+  `skip`."""
   for eqn in jaxpr.eqns:
     yield eqn
+    if eqn.primitive.name in skip:
+      continue
     for param in eqn.params.values():
       for sub in param if isinstance(param, (list, tuple)) else [param]:
         inner = getattr(sub, "jaxpr", None)
         if isinstance(inner, jax.extend.core.Jaxpr):
-          yield from _equations(inner)
+          yield from _equations(inner, skip)
         elif isinstance(sub, jax.extend.core.Jaxpr):
-          yield from _equations(sub)
+          yield from _equations(sub, skip)
 
 
 def test_jaxpr_three_gemms_on_fp4_operands_and_named_residuals():
@@ -145,7 +149,12 @@ def test_jaxpr_three_gemms_on_fp4_operands_and_named_residuals():
   assert all(v.aval.dtype == jnp.bfloat16 for e in gemms for v in e.invars), [e.invars for e in gemms]
   assert all(e.params["preferred_element_type"] == jnp.float32 for e in gemms)
   assert len(dots) - len(gemms) == 2  # x^T and dY^T, each rotated once (te_nvfp4)
-  assert not [e for e in _equations(jaxpr.jaxpr) if e.primitive.name == "transpose"]
+  # The one transpose is after quantization: the wgrad dot's lhs, the quantized x^T values written out K-last for
+  # XLA:CPU's fast dot (gemm._transposed, a platform_dependent branch, i.e. a cond over the platform index).
+  assert not [e for e in _equations(jaxpr.jaxpr, skip=("cond",)) if e.primitive.name == "transpose"]
+  laid_out = [e for e in _equations(jaxpr.jaxpr) if e.primitive.name == "cond"
+              and any(i.primitive.name == "transpose" for b in e.params["branches"] for i in _equations(b.jaxpr))]
+  assert [[v.aval.shape for v in e.invars[1:]] for e in laid_out] == [[x.shape]]
   assert "float8_e4m3fn" in text and "round" in text  # e4m3 block scales; e2m1 values rounded on the f32 grid
   fwd = str(jax.make_jaxpr(lambda x, w: jax.vjp(lambda x, w: nvfp4_dot_general(x, w, MATMUL_DIMS, key=_KEY), x, w)[0])(x, w))
   assert f"name={QUANTIZATION_NAME}" in fwd
@@ -229,3 +238,17 @@ def test_stochastic_rounding_decides_each_block_of_dy_on_its_own():
   dx = jax.jit(lambda x, w, dy: jax.vjp(lambda a, b: nvfp4_dot_general(a, b, MATMUL_DIMS, key=jax.random.key(5),
                                                                       recipe=GemmRecipe()), x, w)[1](dy)[0])(x, w, dy)
   assert len({tuple(r) for r in np.asarray(dx, np.float32)}) > 16
+
+
+def test_on_the_cpu_every_gemm_runs_in_xla_cpus_bf16_library_dot():
+  """The emulated backend's speed on a CPU (how users without Blackwell study convergence): XLA:CPU hands a bf16 dot to
+  its fast library kernel (YNNPACK) only when the lhs contracts its last axis in memory. The wgrad GEMM x^T . dY
+  contracts axis 0 of both; `gemm._transposed` writes x^T out so that it too runs there, where it used to be converted
+  to f32 for a dot twice as slow. Read off the compiled program: each dot sits in a YNNPACK fusion."""
+  x, w, dy = _operands(64, 96, 48)
+  gemm = lambda x, w: nvfp4_dot_general(x, w, MATMUL_DIMS, key=_KEY, recipe=GemmRecipe(rht=False))  # noqa: E731
+  text = jax.jit(lambda x, w: jax.vjp(gemm, x, w)[1](dy)).lower(x, w).compile().as_text()
+  computations = re.split(r"\n(?=\S)", text)
+  with_dots = {c.split()[0] for c in computations if " dot(" in c}
+  in_library = set(re.findall(r"calls=(%[\w.-]+), [^\n]*\"__ynn_fusion\"", text))
+  assert len(with_dots) == 2 and with_dots <= in_library, (with_dots, in_library)  # dgrad and wgrad
