@@ -369,6 +369,16 @@ def e2m1_codes(y: jnp.ndarray) -> jnp.ndarray:
   return _nearest(y, as_codes=True)
 
 
+def materialized_on_cpu(v: jnp.ndarray) -> jnp.ndarray:
+  """v, written out before what reads it on XLA:CPU (an optimization_barrier there) and unchanged elsewhere.
+
+  Why: XLA:CPU fuses what a loop reads into the loop, and two things then slow it several times over: a per-block
+  computation is run once per element of its block (the E4M3 scale's conversion is software there), and a strided
+  read (the codes' pairing) stops the loop's arithmetic from vectorizing. XLA:GPU fuses the same way and wants it:
+  per-block work is cheap beside another kernel and another read (docs/prediction.md)."""
+  return jax.lax.platform_dependent(v, cpu=jax.lax.optimization_barrier, default=lambda v: v)
+
+
 def pack_e2m1(codes: jnp.ndarray, materialize: bool = True) -> jnp.ndarray:
   """E2M1 bit patterns (uint8, last axis even) -> float4_e2m1fn of the same shape, by packing and bitcasting.
 
@@ -376,11 +386,11 @@ def pack_e2m1(codes: jnp.ndarray, materialize: bool = True) -> jnp.ndarray:
   two float4 values. This writes the float4 array without XLA:CPU's scalar float4 conversion. The codes are
   materialized first (optimization_barrier): fused into the pairing's strided reads, XLA:CPU's loop over the
   codes' arithmetic stops vectorizing (measured at 2048x2048 f32: 87 ms fused, 20 ms split; the cast: 71 ms).
-  `materialize=False` packs in the codes' own pass: what a GPU wants (XLA:GPU fuses the pairing into the kernel that
-  makes the codes, which then write 4 bits an element instead of 8 and read them back).
+  `materialize=False` packs in the codes' own pass on a GPU: what a GPU wants (XLA:GPU fuses the pairing into the
+  kernel that makes the codes, which then write 4 bits an element instead of 8 and read them back); the CPU
+  materializes them either way (`materialized_on_cpu`: a 1x16 quantize_codes of 2048^2 took 17 ms unsplit, 3 split).
   """
-  if materialize:
-    codes = jax.lax.optimization_barrier(codes)
+  codes = jax.lax.optimization_barrier(codes) if materialize else materialized_on_cpu(codes)
   pairs = codes.reshape(*codes.shape[:-1], codes.shape[-1] // 2, 2)
   packed = pairs[..., 0] | (pairs[..., 1] << 4)
   return jax.lax.bitcast_convert_type(packed, E2M1).reshape(codes.shape)
