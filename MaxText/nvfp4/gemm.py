@@ -31,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.ad_checkpoint import checkpoint_name
 
-from MaxText.nvfp4.formats import NVFP4, BlockFormat, divide
+from MaxText.nvfp4.formats import BLOCK_SIZE, NVFP4, BlockFormat, divide
 from MaxText.nvfp4.quantize import BlockCodes, Scaling, quantize_block_scaled, quantize_codes
 
 #: checkpoint_name of every quantized tensor the backward pass keeps (maxtext's remat policies save it).
@@ -137,9 +137,9 @@ def _transposed(a: jax.Array) -> jax.Array:
   the same slow dot; a transpose by way of a 3D reshape is a real copy, then the fast dot (scripts/bench_gemm.py,
   te_nvfp4 at 2048^3: 1.12x -> 0.91x of bf16). The same sums in another order: the products are exact and accumulate
   in f32 either way. Elsewhere (a GPU's dot takes either layout) the plain transpose."""
-  rows, cols = a.shape
+  rows, cols = a.shape  # rows: M, a multiple of the block (_check_dims)
   def written_out(v: jax.Array) -> jax.Array:
-    return jnp.transpose(v.reshape(rows // 16, 16, cols), (2, 0, 1)).reshape(cols, rows)
+    return jnp.transpose(v.reshape(rows // BLOCK_SIZE, BLOCK_SIZE, cols), (2, 0, 1)).reshape(cols, rows)
   return jax.lax.platform_dependent(a, cpu=written_out, default=jnp.transpose)
 
 

@@ -355,9 +355,13 @@ def _block_scaled(x: jax.Array, key: jax.Array | None, *, scaling: Scaling, rht:
   step); jit traces and lowers each (shape, dtype, switches) once and reuses it, where inline code is traced and
   lowered again at every call. XLA inlines the call, so the compiled program is the same."""
   q, s8, bamax, amax = _rounded(x, key, scaling, rht, axis)
-  # NaN/Inf blocks: bamax is NaN or inf exactly then (block_amax propagates NaN). Per block, so nearly free.
-  block_scale = jnp.where(jnp.isfinite(bamax), s8.astype(jnp.float32), anchored(np.float32(np.nan), bamax))
-  return _to_bf16_exactly(q * materialized_on_cpu(block_scale)).reshape(x.shape), amax
+  return _to_bf16_exactly(q * materialized_on_cpu(_operand_block_scales(s8, bamax))).reshape(x.shape), amax
+
+
+def _operand_block_scales(s8: jax.Array, bamax: jax.Array) -> jax.Array:
+  """The GEMM operand forms' block scales as float32: the E4M3 scale, or NaN for a block holding a NaN or an Inf
+  (bamax is NaN or inf exactly then: block_amax propagates NaN). Per block, so nearly free."""
+  return jnp.where(jnp.isfinite(bamax), s8.astype(jnp.float32), anchored(np.float32(np.nan), bamax))
 
 
 def _to_bf16_exactly(v: jax.Array) -> jax.Array:
@@ -421,7 +425,7 @@ def _codes(x: jax.Array, key: jax.Array | None, *, scaling: Scaling, rht: bool, 
            ) -> tuple[jax.Array, jax.Array, jax.Array]:
   """quantize_codes after its checks, jitted for the reason `_block_scaled` is."""
   codes, s8, bamax, amax = _rounded(x, key, scaling, rht, axis, as_codes=True)
-  scales = jnp.where(jnp.isfinite(bamax), s8.astype(jnp.float32), anchored(np.float32(np.nan), bamax)).astype(s8.dtype)
+  scales = _operand_block_scales(s8, bamax).astype(s8.dtype)
   m, n = x.shape
   compact = (m, n // BLOCK_SIZE) if (scaling is Scaling.ONE_D and axis == 1) else (
       (m // BLOCK_SIZE, n) if scaling is Scaling.ONE_D else (m // BLOCK_SIZE, n // BLOCK_SIZE))
