@@ -37,7 +37,8 @@ def _apply_runs(x: jax.Array, matrix: np.ndarray, axis: int = -1, out_dtype: jnp
   dY^T are rotated along M, axis 0 of x and dY): x becomes (B, 16, Q) and each of the B runs-of-rows is
   multiplied by matrix^T from the left, a batched dot_general. That form, unlike an einsum contracting the
   middle axis, keeps XLA:CPU on its fast dot path (2048x2048 bf16: 8 ms vs 82 ms) and runs outside jit too.
-  It sums in the same order as the last-axis form for bf16 input (tested bit for bit on f32 sums that round);
+  It sums in the same order as the last-axis form for bf16 input (tested bit for bit on f32 sums that round; other
+  implementations, TE's MMA or NumPy's BLAS, may differ in the last bit where a sum rounds: docs/numerics.md);
   XLA:CPU's f32 HIGHEST batched dot does not, so f32 input (not a TE case: its RHT kernel takes bf16) is moved
   to the last axis and back.
   """

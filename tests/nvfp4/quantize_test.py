@@ -175,15 +175,22 @@ def test_bit_exact_property(x, scaling, as_bf16):
 
 @hypothesis.settings(max_examples=examples(30), deadline=None)
 @hypothesis.given(
-    x=hnp.arrays(np.float32, (16, 32), elements=st.floats(-1e4, 1e4, width=32, allow_subnormal=False)),
+    mantissas=hnp.arrays(np.int32, (16, 32), elements=st.integers(-255, 255)),
+    binades=hnp.arrays(np.int32, (16, 32), elements=st.integers(0, 12)),
+    top=st.integers(-30, 13),
 )
-def test_bit_exact_rht_property(x):
+def test_bit_exact_rht_property(mantissas, binades, top):
+  """Inputs whose RHT sums are exact in f32, in any order: every value m * 2^(top - 7 - d) with |m| < 256 and
+  0 <= d <= 12 lies on the grid 2^(top - 19) below 2^(top + 1), so a run's 16 terms (times +-1/4) and all their
+  partial sums fit f32's 24 bits. Where a run's sums round, the last bit of the f32 sum depends on the order of
+  accumulation, which no two implementations share (TE's MMA, XLA:CPU's dot library, NumPy's BLAS): a run of large
+  terms that cancel beside tiny ones then leaves residues of either sign, 0 against -0 codes
+  (docs/numerics.md#random-hadamard-transform).
+  The bf16 rounding of the exact sums still rounds and ties."""
+  x = (mantissas * np.exp2(top - 7 - binades)).astype(np.float32)
+  assert np.array_equal(x.astype(ml_dtypes.bfloat16).astype(np.float32), x)  # the grid is bf16's
   y = reference.rht_bf16(x.astype(ml_dtypes.bfloat16)).astype(np.float32)
-  tiny = np.finfo(np.float32).tiny
-  hypothesis.assume(_in_exact_domain(y) and not np.any((y != 0) & (np.abs(y) < tiny)))
-  # XLA:CPU also flushes the RHT's subnormal terms x_i / 4 (quantize module docstring): inputs below 4 * tiny.
-  xb = x.astype(ml_dtypes.bfloat16).astype(np.float32)
-  hypothesis.assume(not np.any((xb != 0) & (np.abs(xb) < 4 * tiny)))
+  hypothesis.assume(_in_exact_domain(y))
   assert_bit_exact(x.astype(ml_dtypes.bfloat16), "1d", rht=True)
 
 
