@@ -122,19 +122,6 @@ def test_predict_reports_step_times_ratios_and_where_the_time_goes(te, tmp_path)
     assert proc.stdout.index("wrote ") < proc.stdout.index("warnings and log messages")
 
 
-def test_the_fused_backends_prediction_files_our_quantizer_under_its_own_origin(te, tmp_path):
-  """nvfp4_backend=fused: TE's GEMMs and none of TE's quantize kernels, so the elementwise time NVFP4 adds is our
-  quantizer's, read from the compiled program's name stack (MaxText.preflight.origins.Origin.NVFP4_OURS)."""
-  del te
-  out = tmp_path / "predict.json"
-  proc = _preflight(str(TINY_YML.relative_to(REPO_ROOT)), *TINY_TE, "nvfp4_backend=fused", "--target", "b200",
-                    "--devices", "1", "--no-overhead", "--predict-against", "fp8", "--json", str(out))
-  assert proc.returncode == 0, proc.stderr[-3000:]
-  split = _by_origin(json.loads(out.read_text())["prediction"]["run"])
-  assert split.get("our NVFP4 quantizer", 0) > 0 and split.get("TE NVFP4 quantize, RHT amax", 0) == 0, split
-  assert "  our NVFP4 quantizer, backward" in proc.stdout
-
-
 def test_a_step_too_large_for_the_gpu_exits_2_saying_by_how_much(te):
   del te
   proc = _preflight(str(TINY_YML.relative_to(REPO_ROOT)), *TINY_TE, "base_emb_dim=16384", "base_mlp_dim=65536",

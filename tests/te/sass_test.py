@@ -45,7 +45,9 @@ def test_a_train_steps_kernels_are_all_read(te, tmp_path):
   """scripts/top_kernels.py --sass on the tiny model's fused-backend train step for one GB300: an executable of many
   riegeli blocks, nested, with chunks that span blocks. Every fusion of XLA's in the compiled HLO runs a kernel whose
   machine code was read, under its own name or the one XLA reused for an identical fusion (the dumped thunks say
-  which); only copies and the asynchronous copy fusions run none."""
+  which); only copies and the asynchronous copy fusions run none. The same compile files the elementwise time NVFP4
+  adds under our quantizer's origin (MaxText.preflight.origins.Origin.NVFP4_OURS, as the pre-flight's --predict
+  does), forward and backward, and none under TE's quantize kernels: the fused backend runs TE's GEMMs only."""
   del te
   out = tmp_path / "kernels.json"
   env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
@@ -59,3 +61,7 @@ def test_a_train_steps_kernels_are_all_read(te, tmp_path):
   fusions = [r for r in rows if r["opcode"].startswith("fusion:") and not r["name"].startswith("fusion-start")]
   assert len(fusions) > 100 and not [r["name"] for r in fusions if r["sass"] == "no kernel"]
   assert sum(r["sass"] == "counted" for r in fusions) > 0.8 * len(fusions)
+  by_origin = json.loads(out.read_text())["by_origin_ms"]
+  assert by_origin.get("our NVFP4 quantizer", [0])[0] > 0 and "TE NVFP4 quantize, RHT amax" not in by_origin, by_origin
+  ours = [r["op_name"] for r in rows if r["origin"] == "our NVFP4 quantizer"]
+  assert any("transpose(jvp" in name for name in ours) and any("transpose(jvp" not in name for name in ours), ours
