@@ -2,10 +2,10 @@
 """Starting an NVFP4 run from another run's checkpoint, through maxtext's trainer (emulated backend, CPU).
 
 Source runs (module-scoped, one or two steps each, checkpointing):
-  bf16, fp8       maxtext's bf16 and fp8, scanned
+  bf16            maxtext's bf16, scanned
   nvfp4           te_nvfp4 with statistics every step (so its checkpoint holds tap state), two steps
   no_rht          te_nvfp4_no_rht
-  unscanned       bf16, scan_layers=false
+  unscanned_fp8   maxtext's fp8, scan_layers=false (one run for both: fp8's and the unscanned layout's loads)
   moe             bf16, a tiny Mixtral (routed experts)
 Each target run loads one with `load_parameters_path=<run>/checkpoints/<step>/items` at learning rate 0 and saves
 its step 0: at learning rate 0 Adam's update is exactly zero, so that checkpoint's weights are the weights the
@@ -29,19 +29,17 @@ _SAVE = ["enable_checkpointing=true", "checkpoint_period=1", "async_checkpointin
 #: name -> (overrides, steps): the source runs.
 _SOURCES = {
     "bf16": ([], 1),
-    "fp8": (["quantization=fp8"], 1),
     "nvfp4": (["quantization=te_nvfp4", "nvfp4_stats_interval=1"], 2),
     "no_rht": (["quantization=te_nvfp4_no_rht"], 1),
-    "unscanned": (["scan_layers=false"], 1),
+    "unscanned_fp8": (["quantization=fp8", "scan_layers=false"], 1),
     "moe": (MIXTRAL_SPARSE, 1),
 }
 #: name -> (source, overrides): the target runs, each loading its source's last checkpoint at learning rate 0.
 _TARGETS = {
     "bf16_to_nvfp4": ("bf16", ["quantization=te_nvfp4"]),
-    "fp8_to_no_rht": ("fp8", ["quantization=te_nvfp4_no_rht"]),
     "nvfp4_to_nvfp4": ("nvfp4", ["quantization=te_nvfp4", "nvfp4_stats_interval=1"]),
     "no_rht_to_nvfp4": ("no_rht", ["quantization=te_nvfp4"]),
-    "unscanned_to_no_rht": ("unscanned", ["quantization=te_nvfp4_no_rht", "scan_layers=false"]),
+    "unscanned_fp8_to_no_rht": ("unscanned_fp8", ["quantization=te_nvfp4_no_rht", "scan_layers=false"]),
     "moe_to_nvfp4": ("moe", ["quantization=te_nvfp4", *MIXTRAL_SPARSE]),
 }
 
