@@ -186,11 +186,10 @@ def test_bit_exact_rht_property(mantissas, binades, top):
   accumulation, which no two implementations share (TE's MMA, XLA:CPU's dot library, NumPy's BLAS): a run of large
   terms that cancel beside tiny ones then leaves residues of either sign, 0 against -0 codes
   (docs/numerics.md#random-hadamard-transform).
-  The bf16 rounding of the exact sums still rounds and ties."""
+  The bf16 rounding of the exact sums still rounds and ties. The transformed amax is 0 or at least 2^-51, inside the
+  documented domain (_in_exact_domain) by construction, and no term is subnormal."""
   x = (mantissas * np.exp2(top - 7 - binades)).astype(np.float32)
   assert np.array_equal(x.astype(ml_dtypes.bfloat16).astype(np.float32), x)  # the grid is bf16's
-  y = reference.rht_bf16(x.astype(ml_dtypes.bfloat16)).astype(np.float32)
-  hypothesis.assume(_in_exact_domain(y))
   assert_bit_exact(x.astype(ml_dtypes.bfloat16), "1d", rht=True)
 
 
