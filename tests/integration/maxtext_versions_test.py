@@ -29,7 +29,7 @@ import pytest
 
 from MaxText.data import corpus
 from MaxText.integration import seam
-from tests.helpers import CONFIGS_DIR, REPO_ROOT, read_losses, train_cli
+from tests.helpers import CONFIGS_DIR, FAST_COMPILE_FLAG, REPO_ROOT, read_losses, train_cli
 
 OLD_SITE = pathlib.Path(sys.prefix) / "maxtext-0.2.4-site"
 #: maxtext 0.2.4 imports its Google Cloud integrations unless told it runs decoupled.
@@ -57,6 +57,13 @@ PIPELINE_RUNS = {
     "statistics": ["decoder_block=mixtral", "num_experts=4", "num_experts_per_tok=2", "base_moe_mlp_dim=512",
                    "sparse_matmul=true", "megablox=false", "nvfp4_stats_interval=3", "nvfp4_bf16_layers=[1]"],
 }
+#: Runs whose two trees compile with LLVM's optimisation off (helpers.FAST_COMPILE_FLAG). The pipeline changed the
+#: train step's HLO (43 conditionals against 83 in the switches run) but not its arithmetic; at XLA:CPU's default
+#: level such programs can round apart in the last bits on some hosts. Measured 2026-11-29 on an AVX2 host: the
+#: switches run 3 ulps apart at step 9 by default, bit for bit at level 0 (and on the earlier hosts at both). The
+#: statistics run agrees at the default on every host measured, and took 196 s at level 0 against 125 s, so it stays
+#: there. A change in what is computed still shows at level 0: the forward switch a step late moves step 4's loss.
+PIPELINE_LEVEL = {"switches": FAST_COMPILE_FLAG}
 
 
 def test_the_range_is_declared_once():
@@ -128,11 +135,13 @@ def test_quickstart_losses_are_pinned_on_every_supported_maxtext(version, pinned
 @pytest.mark.slow
 @pytest.mark.parametrize("run", list(PIPELINE_RUNS))
 def test_every_stage_of_the_pipeline_trains_as_before_it(run, corpus_dir, tmp_path, jax_cache_dir):
-  """The same run through the code before the GEMM pipeline and through today's: the same losses, bit for bit."""
+  """The same run through the code before the GEMM pipeline and through today's: the same losses, bit for bit, both
+  trees compiled at the same XLA level (PIPELINE_LEVEL)."""
   tree = _tree(PIPELINE_COMMIT, tmp_path / "tree")
   (tree / "configs" / "quickstart.yml").write_bytes((CONFIGS_DIR / "quickstart.yml").read_bytes())
-  extra = tuple(PIPELINE_RUNS[run])
-  before = _quickstart_losses("before", tmp_path / "before", corpus_dir, jax_cache_dir, {}, tree, extra, PIPELINE_STEPS)
-  today = _quickstart_losses("today", tmp_path / "today", corpus_dir, jax_cache_dir, {}, REPO_ROOT, extra,
+  extra, env = tuple(PIPELINE_RUNS[run]), {"XLA_FLAGS": PIPELINE_LEVEL[run]} if run in PIPELINE_LEVEL else {}
+  before = _quickstart_losses("before", tmp_path / "before", corpus_dir, jax_cache_dir, env, tree, extra,
+                              PIPELINE_STEPS)
+  today = _quickstart_losses("today", tmp_path / "today", corpus_dir, jax_cache_dir, env, REPO_ROOT, extra,
                              PIPELINE_STEPS)
   assert len(today) == PIPELINE_STEPS and today == before, (today, before)
