@@ -235,19 +235,16 @@ def test_quantize_equals_tes_reference_quantizer_bit_for_bit(reference, mode):
       known += int(zeros.sum())
       theirs = {**theirs, "codes": np.where(zeros, ours["codes"], theirs["codes"])}
     rounding = order_dependent(x, mode)
-    if rounding.any():  # runs whose RHT sums round: set aside, counted; the rest is compared bit for bit
-      blocks = rounding.reshape(theirs["scale"].shape + (BLOCK_SIZE,)).any(-1)
+    if MODES[mode][2]:  # runs whose RHT sums round: set aside, counted; the rest is compared bit for bit
+      blocks = rounding.reshape(theirs["scale"].shape + (BLOCK_SIZE,)).any(-1)  # a 1x16 block is one run
       set_aside += int((ours["codes"] != theirs["codes"])[rounding].sum())
-      runs += blocks.size
-      rounding_runs += int(blocks.sum())
+      runs, rounding_runs = runs + blocks.size, rounding_runs + int(blocks.sum())
       theirs = {**theirs, "codes": np.where(rounding, ours["codes"], theirs["codes"]),
                 "scale": np.where(blocks, ours["scale"], theirs["scale"])}
-    elif MODES[mode][2]:
-      runs += theirs["scale"].size
     failures += mismatches(name, mode, ours, theirs)
     values, amax = _operand(x, *MODES[mode])
-    values = np.where(rounding, _reference_values(theirs), np.asarray(values, np.float32))
     want = _reference_values(theirs)
+    values = np.where(rounding, want, np.asarray(values, np.float32))
     if not np.array_equal(values, want):
       bad = np.argwhere(values != want)
       failures.append(f"{name} {mode} GEMM operand: {len(bad)} values differ from the reference's codes x scales, "
