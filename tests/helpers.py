@@ -30,6 +30,10 @@ TINY_YML = CONFIGS_DIR / "tiny.yml"
 #: earlier hosts, both bit for bit at the default. A run's losses differ between the levels (7.4237 against 7.4233
 #: at step 0 there): compare runs compiled at one level.
 FAST_COMPILE_FLAG = "--xla_backend_optimization_level=0"
+#: The most binades between the leading bits of a 1x16 run's nonzero bf16 terms for which its RHT sums are exact in
+#: f32 in any order: 8 significant bits per term and 4 bits of growth over 16 terms leave 12 of f32's 24
+#: (docs/numerics.md#random-hadamard-transform, "Exact where the sums are").
+EXACT_RUN_BINADES = 12
 #: The learning-rate schedule of the tiny model's training runs wherever a test needs no other: maxtext bakes the
 #: schedule (which follows `steps` unless set) into the compiled step, so runs of different lengths on one schedule
 #: share one program, compiled once per suite run (the run's compilation cache, tests/conftest.py).

@@ -45,6 +45,7 @@ from MaxText.nvfp4.quantize import Nvfp4Tensor, Scaling, quantize, quantize_bloc
 from MaxText.selfcheck import candidates, tensors
 from tests import helpers
 from tests.export.conftest import EXPORT_PYTHON
+from tests.helpers import EXACT_RUN_BINADES
 
 REFERENCE_SIDE = pathlib.Path(__file__).with_name("reference_side.py")
 _RELATIVE = "transformer_engine/pytorch/custom_recipes/reference_nvfp4.py"
@@ -173,21 +174,20 @@ def _theirs(out: dict[str, np.ndarray], name: str, mode: str) -> dict[str, np.nd
   return {f: out[f"{name}|{mode}|{f}"] for f in ("codes", "scale", "amax")}
 
 
+def _in_operand_layout(x: jax.Array, mode: str) -> np.ndarray:
+  """x as float32 in the quantized operand's layout: x.T for the transposed modes."""
+  a = np.asarray(x.astype(jnp.float32))
+  return a.T if MODES[mode][0] else a
+
+
 def negative_zeros(x: jax.Array, mode: str) -> np.ndarray:
   """Where the reference's code is known to differ from the emulator's: elements of the quantized operand that are
   -0.0 (before any RHT; the RHT's zero sums are +0 in both). The reference's cast_to_fp4x2 gives them code 0 (+0: its
   test `x < -0.0` is false for -0.0), where the emulator gives 8 (-0), as CUDA's own E2M1 conversion does
   (cvt.rn.satfinite.e2m1x2.f32; cuda_fp4.hpp's __nv_cvt_double_to_fp4, its host form, keeps the sign of a zero).
   Both dequantize to zero, so no GEMM sees the difference."""
-  transpose, _, rht = MODES[mode]
-  a = np.asarray(x.astype(jnp.float32))
-  a = a.T if transpose else a
-  return np.zeros(a.shape, bool) if rht else (a == 0) & np.signbit(a)
-
-
-#: The most binades between a 1x16 run's nonzero bf16 terms for which its RHT sums are exact in f32 in any order: 8
-#: significant bits per term and 4 bits of growth over 16 terms leave 12 of f32's 24.
-EXACT_RUN_BINADES = 12
+  a = _in_operand_layout(x, mode)
+  return np.zeros(a.shape, bool) if MODES[mode][2] else (a == 0) & np.signbit(a)
 
 
 def order_dependent(x: jax.Array, mode: str) -> np.ndarray:
@@ -196,10 +196,8 @@ def order_dependent(x: jax.Array, mode: str) -> np.ndarray:
   depends on the order of accumulation, which XLA's dot and torch's matmul each choose for themselves and which
   differs between hosts (docs/numerics.md#random-hadamard-transform, "Exact where the sums are"): measured 2026-11-29
   on an AVX2 host, 1 code of 32768 in tiny_blocks_0, whose runs mix blocks 1e-6 apart. All False without the RHT."""
-  transpose, _, rht = MODES[mode]
-  a = np.asarray(x.astype(jnp.float32))
-  a = a.T if transpose else a
-  if not rht:
+  a = _in_operand_layout(x, mode)
+  if not MODES[mode][2]:
     return np.zeros(a.shape, bool)
   runs = a.reshape(*a.shape[:-1], -1, BLOCK_SIZE)
   exponent = np.frexp(runs)[1]

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from MaxText.nvfp4 import Nvfp4Tensor, dequantize, quantize
 from MaxText.nvfp4.quantize import quantize_block_scaled, quantize_codes
-from tests.helpers import examples
+from tests.helpers import EXACT_RUN_BINADES, examples
 from tests.nvfp4 import reference
 
 #: The functions under test compiled once per shape and arguments, for the tests that check values rather than eager
@@ -176,15 +176,15 @@ def test_bit_exact_property(x, scaling, as_bf16):
 @hypothesis.settings(max_examples=examples(30), deadline=None)
 @hypothesis.given(
     mantissas=hnp.arrays(np.int32, (16, 32), elements=st.integers(-255, 255)),
-    binades=hnp.arrays(np.int32, (16, 32), elements=st.integers(0, 12)),
+    binades=hnp.arrays(np.int32, (16, 32), elements=st.integers(0, EXACT_RUN_BINADES)),
     top=st.integers(-30, 13),
 )
 def test_bit_exact_rht_property(mantissas, binades, top):
   """Inputs whose RHT sums are exact in f32, in any order: every value m * 2^(top - 7 - d) with |m| < 256 and
-  0 <= d <= 12 lies on the grid 2^(top - 19) below 2^(top + 1), so a run's 16 terms (times +-1/4) and all their
-  partial sums fit f32's 24 bits. Where a run's sums round, the last bit of the f32 sum depends on the order of
-  accumulation, which no two implementations share (TE's MMA, XLA:CPU's dot library, NumPy's BLAS): a run of large
-  terms that cancel beside tiny ones then leaves residues of either sign, 0 against -0 codes
+  0 <= d <= EXACT_RUN_BINADES (12) lies on the grid 2^(top - 19) below 2^(top + 1), so a run's 16 terms (times
+  +-1/4) and all their partial sums fit f32's 24 bits. Where a run's sums round, the last bit of the f32 sum depends
+  on the order of accumulation, which no two implementations share (TE's MMA, XLA:CPU's dot library, NumPy's BLAS): a
+  run of large terms that cancel beside tiny ones then leaves residues of either sign, 0 against -0 codes
   (docs/numerics.md#random-hadamard-transform).
   The bf16 rounding of the exact sums still rounds and ties. The transformed amax is 0 or at least 2^-51, inside the
   documented domain (_in_exact_domain) by construction, and no term is subnormal."""
