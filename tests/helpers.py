@@ -21,15 +21,6 @@ from typing import Any
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 CONFIGS_DIR = REPO_ROOT / "configs"
 TINY_YML = CONFIGS_DIR / "tiny.yml"
-#: XLA:CPU with LLVM's optimisation off. Two programs that compute the same values can still round apart at the
-#: default level: LLVM's code for a fusion or a dot depends on the program around it (the operand layouts XLA picked,
-#: what was fused with what), so a refactoring that changes a train step's HLO but not its arithmetic can move a loss
-#: by a few ulps on one host and not on another. Measured 2026-11-29 on an AVX2 host with
-#: tests/integration/maxtext_versions_test.py's pipeline runs (old tree against today's): the switches run 3 ulps
-#: apart at step 9 by default and bit for bit at this level, the statistics run bit for bit at both; on the project's
-#: earlier hosts, both bit for bit at the default. A run's losses differ between the levels (7.4237 against 7.4233
-#: at step 0 there): compare runs compiled at one level.
-FAST_COMPILE_FLAG = "--xla_backend_optimization_level=0"
 #: The most binades between the leading bits of a 1x16 run's nonzero bf16 terms for which its RHT sums are exact in
 #: f32 in any order: 8 significant bits per term and 4 bits of growth over 16 terms leave 12 of f32's 24
 #: (docs/numerics.md#random-hadamard-transform, "Exact where the sums are").
