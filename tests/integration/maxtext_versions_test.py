@@ -65,8 +65,8 @@ PIPELINE_RUNS = {
 #: element of 1M in a wi_1 gradient rounds differently at step 0, the NVFP4 forward hides such weight differences from
 #: the loss, and the BF16 steps show them (the switches run 3 ulps apart at step 9, the statistics run from step 8;
 #: measured 2026-11-29, both bit for bit with the library off, and f752274's parent bit for bit with PIPELINE_COMMIT).
-#: With it off, both trees compute the same sums, so a change in what is computed still shows: the forward switch a
-#: step late moves step 4's loss.
+#: With it off, both trees compute the same sums, so a change in what is computed still shows: both late switches a
+#: step late (MaxText.backends.flags._reached) fail both runs.
 PIPELINE_XLA_FLAGS = "--xla_cpu_experimental_ynn_fusion_type="
 
 
