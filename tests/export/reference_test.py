@@ -32,6 +32,7 @@ import functools
 import os
 import pathlib
 import subprocess
+import typing
 
 import jax
 import jax.numpy as jnp
@@ -45,16 +46,24 @@ from MaxText.nvfp4.quantize import Nvfp4Tensor, Scaling, quantize, quantize_bloc
 from MaxText.selfcheck import candidates, tensors
 from tests import helpers
 from tests.export.conftest import EXPORT_PYTHON
-from tests.helpers import EXACT_RUN_BINADES
 
 REFERENCE_SIDE = pathlib.Path(__file__).with_name("reference_side.py")
 _RELATIVE = "transformer_engine/pytorch/custom_recipes/reference_nvfp4.py"
 #: (rows, cols): multiples of 16 both ways (16x16 tiles, transposes), not square (a transpose that is not one shows).
 SHAPE = (128, 256)
 SEEDS = (0, 1)
-#: mode -> (quantize the transpose?, scaling, rht): as reference_side.py's modes.
-MODES = {"1d": (False, "1d", False), "1d_t": (True, "1d", False), "2d": (False, "2d", False),
-         "2d_t": (True, "2d", False), "1d_rht_t": (True, "1d", True)}
+
+
+class Mode(typing.NamedTuple):
+  """One of reference_side.py's modes: which operand is quantized, how, and whether the RHT runs first."""
+
+  transpose: bool  # quantize x^T rather than x
+  scaling: str  # "1d" or "2d"
+  rht: bool
+
+
+MODES = {"1d": Mode(False, "1d", False), "1d_t": Mode(True, "1d", False), "2d": Mode(False, "2d", False),
+         "2d_t": Mode(True, "2d", False), "1d_rht_t": Mode(True, "1d", True)}
 
 
 def reference_file() -> pathlib.Path | None:
@@ -177,7 +186,7 @@ def _theirs(out: dict[str, np.ndarray], name: str, mode: str) -> dict[str, np.nd
 def _in_operand_layout(x: jax.Array, mode: str) -> np.ndarray:
   """x as float32 in the quantized operand's layout: x.T for the transposed modes."""
   a = np.asarray(x.astype(jnp.float32))
-  return a.T if MODES[mode][0] else a
+  return a.T if MODES[mode].transpose else a
 
 
 def negative_zeros(x: jax.Array, mode: str) -> np.ndarray:
@@ -187,24 +196,24 @@ def negative_zeros(x: jax.Array, mode: str) -> np.ndarray:
   (cvt.rn.satfinite.e2m1x2.f32; cuda_fp4.hpp's __nv_cvt_double_to_fp4, its host form, keeps the sign of a zero).
   Both dequantize to zero, so no GEMM sees the difference."""
   a = _in_operand_layout(x, mode)
-  return np.zeros(a.shape, bool) if MODES[mode][2] else (a == 0) & np.signbit(a)
+  return np.zeros(a.shape, bool) if MODES[mode].rht else (a == 0) & np.signbit(a)
 
 
 def order_dependent(x: jax.Array, mode: str) -> np.ndarray:
   """Where a bit-for-bit comparison with the reference cannot hold: the elements, in the quantized operand's layout,
-  of the 1x16 runs whose RHT sums round in f32 (nonzero terms more than EXACT_RUN_BINADES apart). There the last bit
+  of the 1x16 runs whose RHT sums round in f32 (nonzero terms more than helpers.EXACT_RUN_BINADES apart). There the last bit
   depends on the order of accumulation, which XLA's dot and torch's matmul each choose for themselves and which
   differs between hosts (docs/numerics.md#random-hadamard-transform, "Exact where the sums are"): measured 2026-11-29
   on an AVX2 host, 1 code of 32768 in tiny_blocks_0, whose runs mix blocks 1e-6 apart. All False without the RHT."""
   a = _in_operand_layout(x, mode)
-  if not MODES[mode][2]:
+  if not MODES[mode].rht:
     return np.zeros(a.shape, bool)
   runs = a.reshape(*a.shape[:-1], -1, BLOCK_SIZE)
   exponent = np.frexp(runs)[1]
   nonzero = runs != 0
   span = (np.where(nonzero, exponent, np.iinfo(np.int32).min).max(-1)
           - np.where(nonzero, exponent, np.iinfo(np.int32).max).min(-1))
-  inexact = nonzero.any(-1) & (span > EXACT_RUN_BINADES)
+  inexact = nonzero.any(-1) & (span > helpers.EXACT_RUN_BINADES)
   return np.repeat(inexact, BLOCK_SIZE, axis=-1).reshape(a.shape)
 
 
@@ -233,7 +242,7 @@ def test_quantize_equals_tes_reference_quantizer_bit_for_bit(reference, mode):
       known += int(zeros.sum())
       theirs = {**theirs, "codes": np.where(zeros, ours["codes"], theirs["codes"])}
     rounding = order_dependent(x, mode)
-    if MODES[mode][2]:  # runs whose RHT sums round: set aside, counted; the rest is compared bit for bit
+    if MODES[mode].rht:  # runs whose RHT sums round: set aside, counted; the rest is compared bit for bit
       blocks = rounding.reshape(theirs["scale"].shape + (BLOCK_SIZE,)).any(-1)  # a 1x16 block is one run
       set_aside += int((ours["codes"] != theirs["codes"])[rounding].sum())
       runs, rounding_runs = runs + blocks.size, rounding_runs + int(blocks.sum())
@@ -253,10 +262,10 @@ def test_quantize_equals_tes_reference_quantizer_bit_for_bit(reference, mode):
   assert compared >= len(tensors.DISTRIBUTIONS) * len(SEEDS)
   assert not failures, "\n".join(failures)
   # The -0.0 exception was exercised, and only where the modes keep the input's zeros.
-  assert (known > 0) == (not MODES[mode][2]), known
+  assert (known > 0) == (not MODES[mode].rht), known
   # With the RHT, most runs are exact and compared bit for bit (14,293 of 20,480 when measured), and in those that
   # round a differing code is rare (1 in 6,187 runs on the AVX2 host, none on the earlier ones).
-  assert not MODES[mode][2] or (rounding_runs <= runs // 2 and set_aside <= rounding_runs // 100), (
+  assert not MODES[mode].rht or (rounding_runs <= runs // 2 and set_aside <= rounding_runs // 100), (
       runs, rounding_runs, set_aside)
 
 
