@@ -172,6 +172,20 @@ def test_gpu_install_order_and_flags(recording: dict[str, pathlib.Path]) -> None
   assert rc == 0 and calls == [] and "is up to date" in out, (out, calls)
 
 
+@pytest.mark.parametrize("free_kib, said", [(3 * 1024 * 1024, True), (64 * 1024 * 1024, False)])
+def test_a_disk_too_small_for_the_gpu_environment_is_said_before_the_install(recording, free_kib, said) -> None:
+  """A `df` that reports `free_kib` free: below the --gpu environment's 10 GiB, one line naming the free space and
+  the need comes before pip runs (pip's own "No space left on device" comes minutes in and names no size)."""
+  (recording["bin"] / "awk").symlink_to(shutil.which("awk") or "awk")
+  _fake_python(recording["bin"] / "df", f'echo "Filesystem 1024-blocks Used Available Capacity Mounted on"\n'
+                                        f'echo "/dev/vda 264241152 1 {free_kib} 99% /"')
+  rc, out, calls = _run_recorded(recording, "--gpu", "--venv", "gpu-env")
+  assert rc == 0 and calls, out
+  venv = recording["home"] / "gpu-env"
+  line = f"setup.sh: 3 GiB free on the disk of {venv}, and a new {venv} takes about 10 GiB"
+  assert (line in out) == said and ("No space" in out) == said, out
+
+
 def test_cpu_install_targets_venv_tfds_site_and_maxtext_024_site(recording: dict[str, pathlib.Path]) -> None:
   rc, out, calls = _run_recorded(recording, venv_env=str(recording["home"] / "cpu-env"))
   assert rc == 0, out
