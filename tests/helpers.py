@@ -122,6 +122,37 @@ def read_losses(metrics_file: pathlib.Path) -> list[float]:
   return [float(r["learning/loss"]) for r in rows]
 
 
+def last_checkpoint(run_dir: pathlib.Path) -> pathlib.Path:
+  """The `items` folder of a maxtext run's last saved step (`<base_output_directory>/<run_name>/checkpoints/N`)."""
+  steps = sorted(int(p.name) for p in (run_dir / "checkpoints").iterdir() if p.name.isdigit())
+  return run_dir / "checkpoints" / str(steps[-1]) / "items"
+
+
+def read_checkpoint(items: pathlib.Path) -> dict[str, Any]:
+  """A checkpoint's arrays (numpy) by '/'-joined path: weights under params/, Adam's moments under opt_state/, the
+  plugin's variables under nnx_aux/; PRNG keys as their key data, so that any two compare with np.array_equal."""
+  # pylint: disable=import-outside-toplevel  # jax, orbax and flax: only the tests that read checkpoints pay them
+  import jax
+  import numpy as np
+  import orbax.checkpoint as ocp
+  from flax import traverse_util
+  # pylint: enable=import-outside-toplevel
+
+  def plain(value):
+    key = jax.dtypes.issubdtype(getattr(value, "dtype", np.float32), jax.dtypes.prng_key)
+    return np.asarray(jax.random.key_data(value) if key else value)
+
+  return {k: plain(v) for k, v in traverse_util.flatten_dict(ocp.PyTreeCheckpointer().restore(items), sep="/").items()}
+
+
+def arrays_that_differ(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+  """The keys only one side has, then those whose arrays differ in any bit (bytes compared: a NaN payload or a -0
+  counts, which == would miss). Empty when the two are the same bit for bit."""
+  import numpy as np  # pylint: disable=import-outside-toplevel  # only the tests that read checkpoints pay it
+  return sorted(before.keys() ^ after.keys()) + sorted(
+      k for k in before.keys() & after.keys() if not np.array_equal(before[k].view(np.uint8), after[k].view(np.uint8)))
+
+
 def subprocess_env(extra: dict[str, str] | None = None) -> dict[str, str]:
   """This process's environment on the CPU for a subprocess, with `extra`; an `extra` XLA_FLAGS (e.g. simulated
   devices) is added to the caller's own, not put in their place."""
