@@ -42,21 +42,6 @@ while (( $# )); do
 done
 # The export environment is another Python (3.11) than the main one (>= 3.12, maxtext and jax): by default a folder of
 # its own, so that `./setup.sh --export` does not build over .venv.
-# say_disk GIB: one line on stderr before an install when the disk that holds $venv has less than GIB free. Why:
-# pip's own failure there ("[Errno 28] No space left on device") comes minutes into the install and names no size
-# (a CI run of this project ended so, its disk filled by other folders). Measured on 2026-11-29: .venv 3.0 GiB,
-# .venv-gpu 9.6 GiB (the CPU set, TensorFlow, the CUDA wheels, TE), .venv-export 1.4 GiB. Not fatal: an environment
-# being refreshed needs less than a new one. Says nothing where df or awk is missing.
-say_disk() {
-  local need="$1" dir="$venv" free
-  command -v df >/dev/null 2>&1 && command -v awk >/dev/null 2>&1 || return 0
-  while [[ ! -d "$dir" ]]; do dir="$(dirname "$dir")"; done
-  free="$(df -Pk "$dir" 2>/dev/null | awk 'NR == 2 {print $4}')" || return 0
-  [[ "$free" =~ ^[0-9]+$ ]] && (( free < need * 1024 * 1024 )) || return 0
-  echo "setup.sh: $(( free / 1024 / 1024 )) GiB free on the disk of $name, and a new $name takes about $need GiB:" \
-       "pip may stop with 'No space left on device'" >&2
-}
-
 if (( export_env )); then venv="${venv:-$here/.venv-export}"; else venv="${venv:-$here/.venv}"; fi
 [[ "$venv" == /* ]] || venv="$PWD/$venv"
 name="${venv/#$here\//}"  # short name for messages
@@ -128,6 +113,21 @@ byte_compile() {
   shift 2
   "$python" -m compileall -qq -j 0 "$@" >/dev/null \
     || echo "setup.sh: some files in $name did not byte-compile (pip would pass over them too); they compile on import"
+}
+
+# say_disk GIB: one line on stderr before an install when the disk that holds $venv has less than GIB free. Why:
+# pip's own failure there ("[Errno 28] No space left on device") comes minutes into the install and names no size
+# (stop 62's CI ended so, 19 min in, building .venv-gpu). Measured on 2026-11-29: .venv 3.0 GiB,
+# .venv-gpu 9.6 GiB (the CPU set, TensorFlow, the CUDA wheels, TE), .venv-export 1.4 GiB. Not fatal: an environment
+# being refreshed needs less than a new one. Says nothing where df or awk is missing.
+say_disk() {
+  local need="$1" dir="$venv" free
+  command -v df >/dev/null 2>&1 && command -v awk >/dev/null 2>&1 || return 0
+  while [[ ! -d "$dir" ]]; do dir="$(dirname "$dir")"; done
+  free="$(df -Pk "$dir" 2>/dev/null | awk 'NR == 2 {print $4}')" || return 0
+  [[ "$free" =~ ^[0-9]+$ ]] && (( free < need * 1024 * 1024 )) || return 0
+  echo "setup.sh: $(( free / 1024 / 1024 )) GiB free on the disk of $name, and a new $name takes about $need GiB:" \
+       "pip may stop with 'No space left on device'" >&2
 }
 
 if (( export_env )); then
