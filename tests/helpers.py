@@ -146,8 +146,8 @@ def read_checkpoint(items: pathlib.Path) -> dict[str, Any]:
 
 
 def arrays_that_differ(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
-  """The keys only one side has, then those whose arrays differ in any bit (bytes compared: a NaN payload or a -0
-  counts, which == would miss). Empty when the two are the same bit for bit."""
+  """The keys only one side has, then those whose arrays differ in any bit. Bytes are compared: == would take -0 for
+  0 and find no NaN equal to itself. Empty when the two are the same bit for bit."""
   import numpy as np  # pylint: disable=import-outside-toplevel  # only the tests that read checkpoints pay it
   return sorted(before.keys() ^ after.keys()) + sorted(
       k for k in before.keys() & after.keys() if not np.array_equal(before[k].view(np.uint8), after[k].view(np.uint8)))
