@@ -42,10 +42,6 @@ _TARGETS = {
 }
 
 
-def _checkpoint(root: pathlib.Path, run: str) -> pathlib.Path:
-  return last_checkpoint(root / run)
-
-
 def _listing(directory: pathlib.Path) -> dict[str, tuple[int, int]]:
   return {str(p.relative_to(directory)): (p.stat().st_size, p.stat().st_mtime_ns) for p in directory.rglob("*")}
 
@@ -62,7 +58,7 @@ def runs(tmp_path_factory, jax_cache_dir) -> dict[str, object]:
   logs = {}
   for name, (source, overrides) in _TARGETS.items():
     run = train_cli([f"run_name={name}", f"base_output_directory={root}", "steps=1", "learning_rate=0", *_SAVE,
-                     f"load_parameters_path={_checkpoint(root, source)}", *overrides], jax_cache_dir)
+                     f"load_parameters_path={last_checkpoint(root / source)}", *overrides], jax_cache_dir)
     assert run.returncode == 0, f"{name}: {run.stderr[-4000:]}"
     logs[name] = run.stdout + run.stderr
   return {"root": root, "logs": logs, "listings": listings}
@@ -71,9 +67,10 @@ def runs(tmp_path_factory, jax_cache_dir) -> dict[str, object]:
 @pytest.mark.parametrize("target", list(_TARGETS))
 def test_weights_load_bit_for_bit(runs, target):
   root, source = runs["root"], _TARGETS[target][0]
-  before = {k: v for k, v in read_checkpoint(_checkpoint(root, source)).items() if k.startswith("params/")}
-  after = {k: v for k, v in read_checkpoint(_checkpoint(root, target)).items() if k.startswith("params/")}
-  assert before and not arrays_that_differ(before, after), arrays_that_differ(before, after)
+  before = {k: v for k, v in read_checkpoint(last_checkpoint(root / source)).items() if k.startswith("params/")}
+  after = {k: v for k, v in read_checkpoint(last_checkpoint(root / target)).items() if k.startswith("params/")}
+  differ = arrays_that_differ(before, after)
+  assert before and not differ, differ
 
 
 @pytest.mark.parametrize("target", list(_TARGETS))
@@ -83,7 +80,7 @@ def test_plugin_state_starts_fresh_and_is_named(runs, target):
   at its first call, so its counter is 1 after the step (a MoE run from scratch saved 1, 2, 3 at steps 0-2). The
   two-step nvfp4 source saved 3. One line names what starts fresh."""
   root = runs["root"]
-  counters = {k: v for k, v in read_checkpoint(_checkpoint(root, target)).items() if k.endswith("/nvfp4_sr_count")}
+  counters = {k: v for k, v in read_checkpoint(last_checkpoint(root / target)).items() if k.endswith("/nvfp4_sr_count")}
   fresh = {k: 1 if "/nvfp4_experts/" in k else 2 for k in counters}
   assert counters and all((v == fresh[k]).all() for k, v in counters.items()), counters
   log = runs["logs"][target]
@@ -91,7 +88,7 @@ def test_plugin_state_starts_fresh_and_is_named(runs, target):
   named = "nvfp4_experts" if target == "moe_to_nvfp4" else "nvfp4_sr_count"  # Mixtral: every MLP GEMM is an expert's
   assert named in line, log[-3000:]
   if target == "nvfp4_to_nvfp4":
-    source = {k: v for k, v in read_checkpoint(_checkpoint(root, "nvfp4")).items() if k.endswith("/nvfp4_sr_count")}
+    source = {k: v for k, v in read_checkpoint(last_checkpoint(root / "nvfp4")).items() if k.endswith("/nvfp4_sr_count")}
     assert all((v == 3).all() for v in source.values()), source
     assert "nvfp4_stats" in log.split("starts fresh, not loaded: ")[1].splitlines()[0]
 
@@ -103,7 +100,7 @@ def test_nothing_written_into_the_source_runs(runs):
 def test_an_architecture_mismatch_keeps_maxtexts_message(runs, jax_cache_dir):
   root = runs["root"]
   run = train_cli(["run_name=mismatch", f"base_output_directory={root}", "steps=1", "quantization=te_nvfp4",
-                   "base_mlp_dim=128", f"load_parameters_path={_checkpoint(root, 'bf16')}"], jax_cache_dir)
+                   "base_mlp_dim=128", f"load_parameters_path={last_checkpoint(root / 'bf16')}"], jax_cache_dir)
   assert run.returncode != 0
   assert "Checkpoint does not match the model" in run.stderr and "mlp/wi_0/kernel" in run.stderr, run.stderr[-3000:]
 
@@ -112,7 +109,7 @@ def test_a_full_state_from_another_precision_is_said(runs, jax_cache_dir):
   """load_full_state_path from the bf16 run into te_nvfp4 trains on, and says in one line what starts fresh."""
   root = runs["root"]
   run = train_cli(["run_name=full_state", f"base_output_directory={root}", "steps=2", "quantization=te_nvfp4",
-                   "enable_checkpointing=true", f"load_full_state_path={_checkpoint(root, 'bf16')}"], jax_cache_dir)
+                   "enable_checkpointing=true", f"load_full_state_path={last_checkpoint(root / 'bf16')}"], jax_cache_dir)
   assert run.returncode == 0, run.stderr[-4000:]
   log = run.stdout + run.stderr
   line = next(x for x in log.splitlines() if "NVFP4: load_full_state_path=" in x)

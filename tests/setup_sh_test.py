@@ -176,7 +176,9 @@ def test_gpu_install_order_and_flags(recording: dict[str, pathlib.Path]) -> None
 def test_a_disk_too_small_for_the_gpu_environment_is_said_before_the_install(recording, free_kib, said) -> None:
   """A `df` that reports `free_kib` free: below the --gpu environment's 10 GiB, one line naming the free space and
   the need comes before pip runs (pip's own "No space left on device" comes minutes in and names no size)."""
-  (recording["bin"] / "awk").symlink_to(shutil.which("awk") or "awk")
+  awk = shutil.which("awk")
+  assert awk, "test needs awk on PATH"
+  (recording["bin"] / "awk").symlink_to(awk)
   _fake_python(recording["bin"] / "df", f'echo "Filesystem 1024-blocks Used Available Capacity Mounted on"\n'
                                         f'echo "/dev/vda 264241152 1 {free_kib} 99% /"')
   rc, out, calls = _run_recorded(recording, "--gpu", "--venv", "gpu-env")

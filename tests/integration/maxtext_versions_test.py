@@ -163,8 +163,7 @@ def test_every_stage_of_the_pipeline_trains_as_before_it(run, corpus_dir, tmp_pa
   assert len(today) == PIPELINE_STEPS and today == before, (today, before)
   last = {name: last_checkpoint(tmp_path / name / name) for name in ("before", "today")}
   assert {items.parent.name for items in last.values()} == {str(PIPELINE_STEPS - 1)}, last  # maxtext's final save
-  saved = {name: read_checkpoint(items) for name, items in last.items()}
-  model = {name: {k: v for k, v in arrays.items() if k.startswith(("params/", "opt_state/"))}
-           for name, arrays in saved.items()}
-  assert model["today"] and not arrays_that_differ(model["before"], model["today"]), \
-      arrays_that_differ(model["before"], model["today"])
+  model = {name: {k: v for k, v in read_checkpoint(items).items() if k.startswith(("params/", "opt_state/"))}
+           for name, items in last.items()}
+  differ = arrays_that_differ(model["before"], model["today"])
+  assert model["today"] and not differ, differ
