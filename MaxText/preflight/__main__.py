@@ -1,6 +1,6 @@
 # Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
 """`python -m MaxText.preflight CONFIG.yml [key=value ...] --target b200|gb200|gb300|h100 --devices N [--predict]
-[--predict-against fp8,bf16,nvfp4_all] [--json PATH]`
+[--predict-against fp8,bf16,nvfp4_all] [--tune [--global-batch B]] [--json PATH]`
 
 Compiles the run's train step (maxtext's own, with the plugin registered) for N target GPUs with XLA's GPU compiler,
 on this machine, without a GPU (`.venv-gpu`: the CUDA jax plugin and TransformerEngine), and prints:
@@ -12,7 +12,10 @@ on this machine, without a GPU (`.venv-gpu`: the CUDA jax plugin and Transformer
     without it: what it adds on the steps it runs, and averaged over its interval (bytes, and seconds with --predict);
   - with --predict, the step time predicted from the compiled kernels (MaxText.preflight.predict) for this run and
     for the same config as maxtext's fp8, as bf16 and as upstream maxtext's te_nvfp4 (--predict-against narrows
-    them): model TFLOP/s per GPU, speedups, where the time goes, the Amdahl ceiling.
+    them): model TFLOP/s per GPU, speedups, where the time goes, the Amdahl ceiling;
+  - with --tune instead, the fastest layout that fits (mesh, per-device batch, remat) for the run and for each
+    program --predict-against names, each searched on its own, and the speedup best against best
+    (MaxText.preflight.tune).
 Python warnings and WARNING log lines raised while loading and compiling come after the report. Exit status: 0 when
 it fits; 2 with one line on stderr for a config error, an unknown target or comparison, a device count the config's
 parallelism cannot use, a comparison program that does not compile, or a step that does not fit. The answers a GPU
@@ -59,6 +62,14 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
   parser.add_argument("--predict-against", metavar="NAMES",
                       help="comma-separated programs to compare with (implies --predict; default: all that run on the "
                            f"target): {', '.join(f'{c.name} ({c.what})' for c in comparisons.COMPARISONS.values())}")
+  parser.add_argument("--tune", action="store_true",
+                      help="search the layouts (mesh, per-device batch, remat) for the fastest that fits, for the run "
+                           "and for each program --predict-against names, each its own search (docs/preflight.md)")
+  parser.add_argument("--global-batch", type=int, metavar="SEQUENCES",
+                      help="with --tune: hold the global batch at this many sequences; gradient accumulation varies "
+                           "(default: the per-device batch varies, compared per token)")
+  parser.add_argument("--tune-compiles", type=int, default=6, metavar="N",
+                      help="with --tune: at most N compiles per program beside its reference (default 6)")
   args = parser.parse_intermixed_args(argv)  # key=value overrides may come after the options
   if args.target not in TARGETS:
     cli.fail(PROG, f"--target {args.target!r} is not a GPU the plugin describes; valid: {', '.join(sorted(TARGETS))}")
@@ -69,6 +80,12 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
   args.predict = args.predict or args.predict_against is not None
   if args.devices < 1:
     cli.fail(PROG, f"--devices {args.devices}: give the number of GPUs the run uses (1 or more)")
+  if (args.global_batch is not None or "--tune-compiles" in " ".join(argv)) and not args.tune:
+    cli.fail(PROG, "--global-batch and --tune-compiles go with --tune")
+  if args.global_batch is not None and args.global_batch < 1:
+    cli.fail(PROG, f"--global-batch {args.global_batch}: give the sequences per optimizer step (1 or more)")
+  if args.tune_compiles < 1:
+    cli.fail(PROG, f"--tune-compiles {args.tune_compiles}: give the compiles per program (1 or more)")
   bad = [o for o in args.overrides if "=" not in o]
   if bad:
     cli.fail(PROG, f"{bad[0]!r} is not key=value; overrides look like per_device_batch_size=2")
@@ -125,6 +142,8 @@ def _after_the_report() -> Iterator[None]:
 def _report(args: argparse.Namespace, fraction: float) -> int:
   """The pre-flight of `args` once the target's environment is being answered: the report, the JSON, the verdict."""
   from MaxText.preflight import library, report, run  # pylint: disable=import-outside-toplevel  # maxtext: as in main
+  if args.tune:
+    return _tune(args, fraction)
   outcome = run.preflight(args.config, args.overrides, args.target, args.devices, fraction=fraction,
                           overhead=not args.no_overhead, against=args.against if args.predict else None)
   print("\n".join(outcome.lines))
@@ -136,6 +155,23 @@ def _report(args: argparse.Namespace, fraction: float) -> int:
   if not memory.fits:
     library.fail(f"does not fit: {report.gib(memory.peak)} per device > {report.gib(memory.device)} jax may use on a "
                  f"{outcome.target.name} ({memory.fraction:.0%}) by {report.gib(-memory.margin)}")
+  return 0
+
+
+def _tune(args: argparse.Namespace, fraction: float) -> int:
+  """--tune: the search's table and JSON (MaxText.preflight.tune); exit 2 when no layout of the run fits."""
+  from MaxText.preflight import library, tune  # pylint: disable=import-outside-toplevel  # maxtext: as in main
+  tuned = tune.tune(args.config, args.overrides, args.target, args.devices, fraction=fraction,
+                             against=args.against if args.predict_against is not None else (),
+                             global_batch=args.global_batch, budget=args.tune_compiles)
+  lines, payload = tuned.lines, tuned.payload
+  print("\n".join(lines))
+  if args.json:
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+    print(f"wrote {args.json}")
+  if payload["tune"]["best"]["run"] is None:
+    library.fail(f"no layout of the run that compiled fits {args.devices} x {args.target} (the table above)")
   return 0
 
 

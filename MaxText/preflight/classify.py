@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 
 from MaxText.preflight.hlo import Instruction, arrays, patterns
 
-__all__ = ["Math", "Work", "dims_of", "group_size", "work_of"]
+__all__ = ["Math", "Work", "dims_of", "group_members", "group_size", "work_of"]
 
 
 class Math(enum.StrEnum):
@@ -65,6 +65,8 @@ class Work:
   flops: int = 0
   wire_bytes: int = 0
   group: int = 1
+  members: tuple[int, ...] = ()  # a collective's first replica group, as device ids of the program (`group_members`)
+  devices: int = 1  # a collective's: the GPUs of the program it runs in
   gemm_dims: tuple[int, int, int] | None = None
   lane_ops: int = 0  # an elementwise fusion's instructions per run, one per element per fused op (`_lane_ops`)
 
@@ -192,6 +194,49 @@ def group_size(rest: str, default: int) -> int:
   return default
 
 
+def _row_major(sizes: Sequence[int], grouped: Sequence[int]) -> tuple[int, ...]:
+  """The ids of the first group of an iota of `sizes` (row-major, id 0 first) when the axes `grouped` (indices into
+  `sizes`) vary and every other axis is 0."""
+  strides = [math.prod(sizes[i + 1:]) for i in range(len(sizes))]
+  ids = [0]
+  for axis in grouped:
+    ids = [i + k * strides[axis] for i in ids for k in range(sizes[axis])]
+  return tuple(sorted(ids))
+
+
+def group_members(rest: str, devices: int) -> tuple[int, ...]:
+  """The device ids (0 .. devices-1, the program's device order) of a collective's first replica group: which GPUs
+  one collective joins, so the prediction can tell a group inside one NVLink domain from one that spans domains
+  (MaxText.preflight.targets.Peaks.crosses). The three forms XLA writes: `mesh['data'=2,'fsdp'=4] {'fsdp'}` (device
+  ids row-major over the mesh), `[G,S]<=[dims]T(perm)` (an iota reshaped to dims, transposed by perm, read as G rows
+  of S) and `{{0,1,..},..}` (listed); every device for `{}` or none."""
+  mesh = patterns.mesh_groups.search(rest)
+  if mesh:
+    axes = re.findall(r"'(\w+)'=(\d+)", mesh.group(1))
+    grouped = set(re.findall(r"'(\w+)'", mesh.group(2)))
+    return _row_major([int(n) for _, n in axes], [i for i, (name, _) in enumerate(axes) if name in grouped])
+  iota = re.search(r"replica_groups=\[(\d+),(\d+)\]<=\[([0-9,]*)\](?:T\(([0-9,]*)\))?", rest)
+  if iota:
+    size, dims = int(iota.group(2)), _ints(iota.group(3))
+    perm = _ints(iota.group(4)) if iota.group(4) else list(range(len(dims)))
+    # Element j of the transposed array is the iota's element at the index whose coordinates, permuted, are j's.
+    shape = [dims[p] for p in perm]
+    strides = [math.prod(dims[i + 1:]) for i in range(len(dims))]
+    out = []
+    for flat in range(size):
+      index, rem = [], flat
+      for extent in reversed(shape):
+        index.append(rem % extent)
+        rem //= extent
+      index.reverse()
+      out.append(sum(index[k] * strides[perm[k]] for k in range(len(perm))))
+    return tuple(sorted(out))
+  listed = patterns.listed_groups.search(rest)
+  if listed and _ints(listed.group(1)):
+    return tuple(sorted(_ints(listed.group(1))))
+  return tuple(range(devices))
+
+
 def _collective(kind: str, inst: Instruction, operand_bytes: int, devices: int) -> Work:
   n = group_size(inst.rest, devices)
   if kind == "collective-permute":
@@ -202,7 +247,8 @@ def _collective(kind: str, inst: Instruction, operand_bytes: int, devices: int) 
     wire = 2 * operand_bytes * (n - 1) // n
   else:  # reduce-scatter, all-to-all
     wire = operand_bytes * (n - 1) // n
-  return Work(math=Math.COLLECTIVE, wire_bytes=wire, group=n)
+  return Work(math=Math.COLLECTIVE, wire_bytes=wire, group=n, members=group_members(inst.rest, devices),
+              devices=devices)
 
 
 def _custom_call(target: str, inst: Instruction, operand_shapes: Sequence[str]) -> Work:

@@ -11,8 +11,8 @@ The model, all of it (a reviewer can check each line against the code below):
      collective the bytes one GPU sends in a ring.
   3. One run of a kernel takes
         GEMM or attention:   max(FLOPs / peak of its math type, bytes / HBM bandwidth)
-        collective:          wire bytes / NVLink bandwidth each way (the scale-out network's when its group spans
-                             more GPUs than one NVLink domain)
+        collective:          wire bytes / NVLink bandwidth each way (the scale-out network's when its group's
+                             GPUs lie in more than one NVLink domain: targets.Peaks.crosses_domains)
         anything else:       bytes / HBM bandwidth (elementwise, reductions, copies, TE's quantize and amax
                              kernels; an unclassified kernel too, shown in a row of its own)
      with the target's datasheet peaks, dense (MaxText.preflight.targets.Peaks). Attention runs at the BF16 peak
@@ -84,7 +84,11 @@ def kernel_seconds(kernel: Kernel, peaks: Peaks) -> float:
   """Seconds one run of `kernel` takes on a GPU with these peaks (the model's rule 3)."""
   work = kernel.work
   if work.math is Math.COLLECTIVE:
-    bandwidth = peaks.nvlink if work.group <= peaks.nvlink_domain else peaks.network
+    if work.members:
+      beyond = peaks.crosses_domains(work.members, max(work.devices, max(work.members) + 1))
+    else:  # a collective read without its group's devices
+      beyond = work.group > peaks.nvlink_domain
+    bandwidth = peaks.network if beyond else peaks.nvlink
     return work.wire_bytes / bandwidth
   memory = kernel.bytes / peaks.hbm
   peak = _peak(work.math, peaks)

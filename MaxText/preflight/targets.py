@@ -44,6 +44,7 @@ as cited on each entry (read through the copies named where the vendor page itse
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
 __all__ = ["TARGETS", "Peaks", "Target"]
@@ -70,6 +71,20 @@ class Peaks:
   nvlink_domain: int
   network: float
   sources: str
+
+  def domain_gpus(self, devices: int) -> int:
+    """How many of a run's `devices` GPUs share one NVLink domain: all of them when they fit in one; else the largest
+    divisor of `devices` a domain holds (128 GPUs of NVL72 racks: 64 in each of two racks), so every domain holds
+    the same share and device ids 0.. fill the first domain first (the order maxtext's mesh lays devices out)."""
+    if devices <= self.nvlink_domain:
+      return devices
+    return max(d for d in range(1, self.nvlink_domain + 1) if devices % d == 0)
+
+  def crosses_domains(self, members: Sequence[int], devices: int) -> bool:
+    """Whether a collective whose group is the device ids `members` (of a program on `devices` GPUs) spans more than
+    one NVLink domain, and so runs at the scale-out network's bandwidth (`domain_gpus`)."""
+    per_domain = self.domain_gpus(devices)
+    return len({member // per_domain for member in members}) > 1
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -1,0 +1,198 @@
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
+"""A layout's step and memory estimated from one compiled layout of the same program, before compiling it: what
+`--tune` prunes with (MaxText.preflight.tune), so that only the finalists compile.
+
+Why estimate from a compiled reference and not from a formula alone: the reference holds what a formula would guess
+(which bytes each precision gathers: NVFP4 codes and scales, FP8 or BF16 weights; what the optimizer and the
+quantizers cost; what XLA keeps in temporaries), and the prediction's own model (MaxText.preflight.predict) prices
+it. The estimate moves that reference to another layout with the rules below, each a first-order fact of how
+maxtext shards a dense transformer; the finalists then compile, and only their compiled prediction is reported as
+a prediction.
+
+  compute       the reference's non-communication seconds scale with the tokens a GPU processes per optimizer
+                step (per-device batch x accumulation) and with the forward share the remat policy recomputes
+                ((3 + r) / (3 + r_ref): forward once, backward twice, r of the forward again); its kernels outside
+                the forward and backward (the optimizer update) scale with 1 / the weight shards.
+  FSDP          the bytes the reference all-gathers (weights) and reduce-scatters (gradients) over its FSDP group,
+                as whole tensors, are the same at any layout once divided by the tensor parallelism; a layout moves
+                (f - 1) / f of them over its group of f (fsdp x context), per microbatch, on NVLink or, when the
+                group spans domains, on the network.
+  data          a data-parallel group all-reduces each GPU's gradient shard once a step: 2 (d - 1) / d of it.
+  tensor        4 + 2r all-reduces of a microbatch's activations (tokens x emb x 2 bytes) per layer.
+  context       3 + r all-gathers of a layer's keys and values over the context group.
+  memory        arguments and outputs (weights, optimizer state) scale with 1 / the weight shards; temporaries
+                are the reference's less its saved activations (layers x tokens x the policy's saved bytes per
+                token, plus the logits), which then scale with the tokens of a microbatch.
+What it leaves out is what the compile of the finalists sees: XLA's own choices (fusion, rematerialized buffers,
+collective combining), partitioning that differs from these rules, and anything a layout maxtext refuses.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from typing import Any
+
+from MaxText.preflight import predict
+from MaxText.preflight.classify import Math
+from MaxText.preflight.kernels import Kernel
+from MaxText.preflight.layouts import Layout
+from MaxText.preflight.targets import Peaks
+
+__all__ = ["Estimate", "ModelFacts", "Reference", "estimate"]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ModelFacts:
+  """A dense transformer's sizes, from maxtext's config (MaxText.preflight.tune reads them)."""
+
+  layers: int
+  emb: int
+  mlp: int
+  heads: int
+  kv_heads: int
+  head_dim: int
+  vocab: int
+  sequence: int
+  mlp_matrices: int = 3  # wi_0, wi_1, wo (gated activations); 2 without a gate
+
+  def forward_shares(self) -> dict[str, float]:
+    """Each part's share of a layer's forward FLOPs per token: q/k/v projections, output projection, MLP and the
+    attention core (causal, so half of S x S)."""
+    flops = {"qkv": self.emb * (self.heads + 2 * self.kv_heads) * self.head_dim,
+             "out": self.heads * self.head_dim * self.emb, "mlp": self.mlp_matrices * self.emb * self.mlp,
+             "attention": self.sequence * self.heads * self.head_dim}
+    total = sum(flops.values())
+    return {name: value / total for name, value in flops.items()}
+
+  def recomputed(self, remat: str) -> float:
+    """r: the share of the forward that the backward computes again under the remat policy."""
+    share = self.forward_shares()
+    return {"full": 1.0, "save_qkv_proj": 1.0 - share["qkv"], "save_out_proj": 1.0 - share["out"],
+            "save_dot_except_mlp": share["mlp"] + share["attention"], "save_dot_with_context_except_mlp": share["mlp"],
+            "save_dot_except_mlpwi": share["mlp"] * 2 / 3 + share["attention"],
+            "minimal_with_context": 0.0, "minimal": share["attention"]}.get(remat, 1.0)
+
+  def saved_bytes(self, remat: str) -> int:
+    """Bytes per token and layer a remat policy keeps for the backward (BF16), beyond the layer's input."""
+    qkv = 2 * (self.heads + 2 * self.kv_heads) * self.head_dim
+    context, out, mlp = 2 * self.heads * self.head_dim, 2 * self.emb, 2 * (self.mlp_matrices - 1) * self.mlp
+    return {"full": 0, "save_qkv_proj": qkv, "save_out_proj": out, "save_dot_except_mlp": qkv + out,
+            "save_dot_with_context_except_mlp": qkv + context + out, "save_dot_except_mlpwi": qkv + out + 2 * self.emb,
+            "minimal_with_context": qkv + context + out + mlp + 2 * self.emb,
+            "minimal": qkv + out + mlp + 2 * self.emb}.get(remat, 0) + 2 * self.emb
+
+  def logits_bytes(self) -> int:
+    """Per token: the output head's logits in f32 and their gradient in BF16."""
+    return 6 * self.vocab
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Reference:
+  """One program compiled at one layout, reduced to what the estimate moves to another layout."""
+
+  layout: Layout
+  compute_seconds: float  # every group but communication
+  optimizer_seconds: float  # the elementwise kernels outside forward and backward
+  gathered_bytes: float  # whole tensors all-gathered over the FSDP group per step
+  scattered_bytes: float  # whole tensors reduce-scattered over it per step
+  other_comm_seconds: float  # every other collective
+  state_bytes: int  # arguments + outputs - aliased
+  temporary_bytes: int
+  model_flops: float  # maxtext's FLOPs per device and step at this layout
+
+  @classmethod
+  def of(cls, layout: Layout, found: Iterable[Kernel], prediction: predict.Prediction, memory: Any,
+         peaks: Peaks) -> Reference:
+    """From a compiled program's kernels, its prediction and its memory (MaxText.preflight.report.Memory)."""
+    fsdp = layout.size("fsdp") * layout.size("context")
+    gathered = scattered = other = 0.0
+    for kernel in found:
+      work = kernel.work
+      if work.math is not Math.COLLECTIVE:
+        continue
+      whole = work.wire_bytes * work.group / (work.group - 1) * kernel.runs if work.group > 1 else 0.0
+      if work.group == fsdp > 1 and kernel.opcode.startswith("all-gather"):
+        gathered += whole
+      elif work.group == fsdp > 1 and kernel.opcode.startswith("reduce-scatter"):
+        scattered += whole
+      else:
+        other += predict.kernel_seconds(kernel, peaks) * kernel.runs
+    optimizer = sum(s for (_, phase), s in prediction.elementwise_seconds.items() if phase == "elsewhere")
+    return cls(layout=layout, compute_seconds=prediction.step_seconds - prediction.seconds[predict.Group.COMMUNICATION],
+               optimizer_seconds=optimizer, gathered_bytes=gathered, scattered_bytes=scattered,
+               other_comm_seconds=other, state_bytes=memory.arguments + memory.outputs - memory.aliased,
+               temporary_bytes=memory.temporaries + memory.code, model_flops=prediction.model_flops)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Estimate:
+  """A layout's estimated step: compute and communication seconds, peak bytes per GPU, and tokens per GPU."""
+
+  compute_seconds: float
+  comm_seconds: float
+  peak_bytes: float
+  tokens: float  # per GPU and optimizer step
+  model_flops: float  # per GPU and optimizer step
+
+  @property
+  def step_seconds(self) -> float:
+    return self.compute_seconds + self.comm_seconds
+
+  @property
+  def overlapped_seconds(self) -> float:
+    return max(self.compute_seconds, self.comm_seconds)
+
+  @property
+  def seconds_per_token(self) -> float:
+    return self.step_seconds / self.tokens
+
+  @property
+  def tflops_per_gpu(self) -> float:
+    return self.model_flops / self.step_seconds / 1e12
+
+
+def _tokens(layout: Layout, facts: ModelFacts) -> float:
+  """Tokens one GPU processes per microbatch (a tensor or context group shares its sequences)."""
+  return layout.per_device_batch * facts.sequence
+
+
+def estimate(layout: Layout, ref: Reference, facts: ModelFacts, peaks: Peaks, devices: int) -> Estimate:
+  """`layout`'s step estimated from `ref` (the same program compiled at another layout) by the module's rules."""
+  micro, micro_ref = _tokens(layout, facts), _tokens(ref.layout, facts)
+  tokens, tokens_ref = micro * layout.accumulation, micro_ref * ref.layout.accumulation
+  r, r_ref = facts.recomputed(layout.remat), facts.recomputed(ref.layout.remat)
+  shards, shards_ref = layout.weight_shards, ref.layout.weight_shards
+  compute = ((ref.compute_seconds - ref.optimizer_seconds) * tokens / tokens_ref * (3 + r) / (3 + r_ref)
+             + ref.optimizer_seconds * shards_ref / shards)
+
+  per_domain = peaks.domain_gpus(devices)
+  tensor, tensor_ref = layout.size("tensor"), ref.layout.size("tensor")
+
+  def link(spans: bool) -> float:
+    return peaks.network if spans else peaks.nvlink
+
+  fsdp = layout.size("fsdp") * layout.size("context")
+  fsdp_spans = (layout.dcn[1] * layout.dcn[2] > 1) or (fsdp > per_domain)
+  microbatches = layout.accumulation / ref.layout.accumulation
+  whole = (ref.gathered_bytes + ref.scattered_bytes) * tensor_ref / tensor * microbatches
+  comm = whole * (fsdp - 1) / fsdp / link(fsdp_spans)
+  data = layout.size("data")
+  if data > 1:
+    gradient_shard = ref.scattered_bytes / max(ref.layout.accumulation, 1) * tensor_ref / tensor / fsdp
+    comm += 2 * (data - 1) / data * gradient_shard / link(layout.dcn[0] > 1)
+  if tensor > 1:
+    activations = micro * facts.emb * 2 / layout.size("context")
+    comm += (4 + 2 * r) * facts.layers * layout.accumulation * 2 * (tensor - 1) / tensor * activations / peaks.nvlink
+  context = layout.size("context")
+  if context > 1:
+    keys_values = micro * 2 * facts.kv_heads * facts.head_dim * 2
+    comm += (3 + r) * facts.layers * layout.accumulation * (context - 1) * keys_values / peaks.nvlink
+  comm += ref.other_comm_seconds
+
+  activations_ref = micro_ref * (facts.layers * facts.saved_bytes(ref.layout.remat) + facts.logits_bytes() / tensor_ref)
+  fixed = max(ref.temporary_bytes - activations_ref, 0) * tensor_ref / tensor
+  activations = micro * (facts.layers * facts.saved_bytes(layout.remat) + facts.logits_bytes() / tensor)
+  peak = ref.state_bytes * shards_ref / shards + fixed + activations
+  return Estimate(compute_seconds=compute, comm_seconds=comm, peak_bytes=peak, tokens=tokens,
+                  model_flops=ref.model_flops * tokens / tokens_ref)

@@ -1,0 +1,331 @@
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
+"""`--tune`: each program's fastest layout that fits, found by compiling a few and estimating the rest.
+
+For the run and for each program it is compared with (`--predict-against`), separately, since a comparison where
+only one side is tuned is not a fair one:
+  1. compile the program at the run's own layout (the reference) and predict it (MaxText.preflight.predict);
+  2. estimate every candidate layout (MaxText.preflight.layouts) from that reference (MaxText.preflight.estimate):
+     step seconds per token and peak bytes, no compile;
+  3. compile the candidates in order of estimated seconds per token, skipping those estimated not to fit by more
+     than MEMORY_SLACK, until the next one's estimate is more than TOLERANCE slower than the best compiled one that
+     fits, or `budget` compiles are spent: branch and bound on the estimate, the compile deciding.
+The best is the compiled candidate that fits with the fewest predicted seconds per token (the summed step; with a
+per-device batch that varies, per token is what compares). A layout maxtext refuses, or one that does not compile,
+is a row with the reason. The speedup of the run over a program is best against best, per token.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from MaxText.integration import seam
+from MaxText.integration.flops import training_flops
+from MaxText.integration.shapes import mesh_sizes, mlp_widths
+from MaxText.preflight import estimate as estimate_lib
+from MaxText.preflight import kernels as kernels_lib
+from MaxText.preflight import layouts, library, predict, programs, report
+from MaxText.preflight.targets import TARGETS, Target
+
+__all__ = ["MEMORY_SLACK", "TOLERANCE", "Compiled", "Refused", "Row", "Search", "Tuned", "search", "tune"]
+
+#: A candidate estimated to need up to this much more than jax may use still compiles: the estimate of temporaries
+#: is the roughest of its rules.
+MEMORY_SLACK = 0.10
+#: A candidate is compiled while its estimated seconds per token are within this share of the best compiled one's.
+TOLERANCE = 0.10
+#: The approximation every tuned prediction carries, printed and in the JSON.
+APPROXIMATION = ("each layout compiles as one process over all GPUs, every mesh axis the product of its ici_ and dcn_ "
+                 "parts, devices laid out domain after domain as jax's hybrid mesh lays them (the across-domain part "
+                 "on the outermost axis); a collective whose GPUs lie in more than one NVLink domain is timed on the "
+                 "scale-out network")
+
+
+class Refused(Exception):
+  """maxtext refused a candidate's config (its one-line reason)."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Compiled:
+  """A candidate as compiled and predicted."""
+
+  prediction: predict.Prediction
+  memory: report.Memory
+  tokens: float  # per GPU and optimizer step
+
+  @property
+  def seconds_per_token(self) -> float:
+    return self.prediction.step_seconds / self.tokens
+
+  def as_dict(self) -> dict[str, Any]:
+    return {"step_seconds": self.prediction.step_seconds, "overlapped_seconds": self.prediction.overlapped_seconds,
+            "peak_bytes": self.memory.peak, "fits": self.memory.fits, "tokens_per_gpu": self.tokens,
+            "model_tflops_per_gpu": self.prediction.tflops_per_gpu,
+            "seconds": {g.value: s for g, s in self.prediction.seconds.items()}}
+
+
+@dataclasses.dataclass(kw_only=True)
+class Row:
+  """One candidate of one program: its estimate, and its compile when it was compiled or refused."""
+
+  program: str
+  layout: layouts.Layout
+  estimate: estimate_lib.Estimate
+  compiled: Compiled | None = None
+  reason: str = ""  # why it was refused or did not compile
+  reference: bool = False
+
+  @property
+  def status(self) -> str:
+    if self.reason:
+      return "refused"
+    if self.compiled is None:
+      return "estimated"
+    return "fits" if self.compiled.memory.fits else "does not fit"
+
+  def as_dict(self) -> dict[str, Any]:
+    est = self.estimate
+    return {"program": self.program, "layout": self.layout.label(), "overrides": self.layout.overrides(),
+            "compiled_as": self.layout.compiled(), "reference": self.reference, "status": self.status,
+            "reason": self.reason,
+            "estimate": {"step_seconds": est.step_seconds, "overlapped_seconds": est.overlapped_seconds,
+                         "peak_bytes": est.peak_bytes, "tokens_per_gpu": est.tokens,
+                         "model_tflops_per_gpu": est.tflops_per_gpu},
+            "compiled": self.compiled.as_dict() if self.compiled else None}
+
+
+@dataclasses.dataclass(kw_only=True)
+class Search:
+  """One program's search: every row, in the order estimated, and the best compiled row that fits."""
+
+  program: str
+  rows: list[Row]
+
+  @property
+  def best(self) -> Row | None:
+    fitting = [r for r in self.rows if r.compiled is not None and r.compiled.memory.fits]
+    return min(fitting, key=lambda r: r.compiled.seconds_per_token) if fitting else None  # type: ignore[union-attr]
+
+  @property
+  def compiles(self) -> int:
+    return sum(1 for r in self.rows if r.compiled is not None or r.reason)
+
+
+def search(reference: Row, others: Sequence[Row], compile_row: Callable[[Row], None], device_bytes: int,
+           budget: int, exhaustive: bool = False) -> Search:
+  """Branch and bound over `others` (estimated, not compiled) given the compiled `reference` (module docstring):
+  `compile_row` fills a row's `compiled` or `reason`; `budget` compiles at most beside the reference. `exhaustive`:
+  compile every row, no pruning (what the pruning is tested against)."""
+  rows = [reference, *sorted(others, key=lambda r: r.estimate.seconds_per_token)]
+  found = Search(program=reference.program, rows=rows)
+  for row in rows[1:]:
+    if exhaustive:
+      compile_row(row)
+      continue
+    if found.compiles > budget:
+      break
+    if row.estimate.peak_bytes > device_bytes * (1 + MEMORY_SLACK):
+      continue
+    best = found.best
+    if best is not None and row.estimate.seconds_per_token * (1 - TOLERANCE) > best.compiled.seconds_per_token:
+      break  # sorted: every later row is estimated slower still
+    compile_row(row)
+  return found
+
+
+def _facts(config: Any) -> estimate_lib.ModelFacts:
+  return estimate_lib.ModelFacts(
+      layers=int(config.num_decoder_layers), emb=int(config.emb_dim), mlp=int(config.mlp_dim),
+      heads=int(config.num_query_heads), kv_heads=int(config.num_kv_heads), head_dim=int(config.head_dim),
+      vocab=int(config.vocab_size), sequence=int(config.max_target_length),
+      mlp_matrices=len(config.mlp_activations) + 1)
+
+
+def _layout_of(config: Any) -> layouts.Layout:
+  """The run's own layout as a candidate (every axis's size in `ici`); an axis --tune does not search is refused."""
+  sizes = mesh_sizes(config)
+  others = {axis: size for axis, size in sizes.items() if axis not in layouts.AXES and size > 1}
+  if others:
+    raise Refused(f"--tune searches {', '.join(layouts.AXES)} parallelism; the run also sets "
+                  f"{', '.join(f'{a}={s}' for a, s in others.items())}")
+  ici = tuple(sizes.get(axis, 1) for axis in layouts.AXES)
+  return layouts.Layout(ici=ici, dcn=(1, 1, 1, 1), per_device_batch=float(config.per_device_batch_size),  # type: ignore[arg-type]
+                        accumulation=int(config.gradient_accumulation_steps), remat=str(config.remat_policy))
+
+
+def _raise_refused(exc: Exception) -> None:
+  from MaxText.integration.config import format_config_error, is_config_error  # pylint: disable=import-outside-toplevel
+
+  if is_config_error(exc):
+    raise Refused(format_config_error(exc)) from exc
+  raise exc
+
+
+def _one_line(e: BaseException) -> str:
+  return f"{type(e).__name__}: {' '.join(str(e).split())[:240]}"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Program:
+  """A program searched: its name, its overrides over the run's config, and the block it compiles in."""
+
+  name: str
+  overrides: tuple[str, ...]
+  comparison: programs.Comparison | None = None
+
+  def context(self) -> Any:
+    import contextlib  # pylint: disable=import-outside-toplevel
+
+    return self.comparison.context() if self.comparison else contextlib.nullcontext()
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Tuned:
+  """Every program's search, the report's lines and its JSON."""
+
+  results: dict[str, Search]
+  lines: list[str]
+  payload: dict[str, Any]
+
+
+def tune(config_path: str, overrides: Sequence[str], target_name: str, devices: int, *, fraction: float,
+         against: Sequence[str], global_batch: int | None = None, budget: int = 6, space: layouts.Space | None = None,
+         exhaustive: bool = False, log: Callable[[str], None] = print) -> Tuned:
+  """Searches the run's layouts and each comparison's (names of programs.COMPARISONS).
+
+  Args:
+    budget: compiles per program beside its reference.
+    space: the candidates (default: layouts.Space for the devices, the target's domains and `global_batch`).
+    exhaustive: compile every candidate (search's).
+
+  Call it inside `environment.answering(library.target_environment(target, devices))`, as the pre-flight.
+  """
+  from MaxText.preflight.compile import compile_train_step  # pylint: disable=import-outside-toplevel  # TE, maxtext
+
+  start = time.perf_counter()
+  target = TARGETS[target_name]
+  seam.install_cli_error_handler(_raise_refused)
+  base = library.load_config(config_path, overrides, devices)
+  facts = _facts(base)
+  try:
+    own = _layout_of(base)
+  except Refused as e:
+    library.fail(str(e))
+  space = space or layouts.Space(devices=devices, domain=target.peaks.domain_gpus(devices),
+                                 global_batch=global_batch, sequence=facts.sequence)
+  candidates = [c for c in layouts.candidates(space) if c != own]
+  searched = [Program(name="run", overrides=tuple(overrides))] + [
+      Program(name=name, overrides=tuple(programs.overrides_for(overrides, programs.COMPARISONS[name])),
+              comparison=programs.COMPARISONS[name]) for name in against]
+
+  def compile_layout(program: Program, layout: layouts.Layout) -> tuple[Compiled, list[kernels_lib.Kernel]]:
+    theirs = programs.replaced(program.overrides, layout.compiled())
+    with program.context():
+      config = library.load_config(config_path, theirs, devices)
+      compiled = compile_train_step(config, target_name, devices,
+                                    log=lambda line: log(f"{line}: {program.name}, {layout.label()}"))
+    found = kernels_lib.kernels(compiled.as_text())
+    memory = report.Memory.of(compiled, target, fraction)
+    del compiled
+    prediction = predict.predict(found, target.peaks, mlp_widths(config),
+                                 training_flops(config)["tflops_per_device_step"] * 1e12)
+    tokens = layout.per_device_batch * facts.sequence * layout.accumulation
+    return Compiled(prediction=prediction, memory=memory, tokens=tokens), found
+
+  results: dict[str, Search] = {}
+  for program in searched:
+    try:
+      compiled, found = compile_layout(program, own)
+    except Refused as e:
+      library.fail(f"{program.name} at the run's own layout: {e}")
+    except Exception as e:  # pylint: disable=broad-exception-caught  # the reference must compile: one line
+      library.fail(f"{program.name} does not compile at the run's own layout on {devices} x {target_name}: "
+                   f"{_one_line(e)}")
+    ref = estimate_lib.Reference.of(own, found, compiled.prediction, compiled.memory, target.peaks)
+    reference = Row(program=program.name, layout=own, compiled=compiled, reference=True,
+                    estimate=estimate_lib.estimate(own, ref, facts, target.peaks, devices))
+    rows = [Row(program=program.name, layout=c, estimate=estimate_lib.estimate(c, ref, facts, target.peaks, devices))
+            for c in candidates]
+
+    def compile_row(row: Row, program: Program = program) -> None:
+      try:
+        row.compiled, _ = compile_layout(program, row.layout)
+      except Refused as e:
+        row.reason = f"maxtext refuses it: {e}"
+      except Exception as e:  # pylint: disable=broad-exception-caught  # one row, not a crash
+        row.reason = f"does not compile: {_one_line(e)}"
+
+    results[program.name] = search(reference, rows, compile_row, int(target.memory_bytes * fraction), budget,
+                                   exhaustive)
+  seconds = time.perf_counter() - start
+  return Tuned(results=results, lines=_lines(results, target, devices, seconds, space),
+               payload=_payload(results, seconds, space))
+
+
+def _speedups(results: dict[str, Search]) -> dict[str, float | None]:
+  run = results["run"].best
+  out: dict[str, float | None] = {}
+  for name, found in results.items():
+    if name == "run":
+      continue
+    best = found.best
+    out[name] = (best.compiled.seconds_per_token / run.compiled.seconds_per_token  # type: ignore[union-attr]
+                 if run is not None and best is not None else None)
+  return out
+
+
+def _payload(results: dict[str, Search], seconds: float, space: layouts.Space) -> dict[str, Any]:
+  best = {}
+  for name, found in results.items():
+    row = found.best
+    best[name] = None if row is None else {
+        "overrides": row.layout.overrides(), "compiled_as": row.layout.compiled(), "layout": row.layout.label(),
+        "step_seconds": row.compiled.prediction.step_seconds,  # type: ignore[union-attr]
+        "overlapped_seconds": row.compiled.prediction.overlapped_seconds,  # type: ignore[union-attr]
+        "peak_bytes": row.compiled.memory.peak,  # type: ignore[union-attr]
+        "tokens_per_gpu": row.compiled.tokens,  # type: ignore[union-attr]
+        "model_tflops_per_gpu": row.compiled.prediction.tflops_per_gpu}  # type: ignore[union-attr]
+  return {"tune": {"candidates": [row.as_dict() for found in results.values() for row in found.rows],
+                   "best": best, "speedup": _speedups(results), "seconds": seconds,
+                   "compiles": {name: found.compiles for name, found in results.items()},
+                   "global_batch": space.global_batch, "approximation": APPROXIMATION,
+                   "estimate": "MaxText/preflight/estimate.py", "memory_slack": MEMORY_SLACK, "tolerance": TOLERANCE}}
+
+
+def _lines(results: dict[str, Search], target: Target, devices: int, seconds: float,
+           space: layouts.Space) -> list[str]:
+  batch = (f"global batch fixed at {space.global_batch} sequences (gradient accumulation varies)"
+           if space.global_batch else "per-device batch free (compared per token)")
+  lines = [f"tuned layouts on {devices} x {target.name} ({batch}; NVLink domains of "
+           f"{target.peaks.domain_gpus(devices)} GPUs; {seconds / 60:.1f} min):"]
+  for name, found in results.items():
+    best = found.best
+    lines.append(f"  {name}: {len(found.rows)} candidates, {found.compiles} compiled")
+    lines.append(f"    {'':2}{'layout':58} {'status':13} {'peak GiB':>9} {'step ms':>9} {'overlap ms':>10} "
+                 f"{'ms/ktok':>8} {'TFLOP/s':>8}")
+    shown = [r for r in found.rows if r.compiled is not None or r.reason]
+    shown += [r for r in found.rows[1:] if r.compiled is None and not r.reason][:3]
+    for row in shown:
+      mark = "* " if row is best else "  "
+      if row.compiled is not None:
+        p, peak = row.compiled.prediction, row.compiled.memory.peak
+        numbers = (f"{peak / report.GIB:9.1f} {p.step_seconds * 1e3:9.1f} {p.overlapped_seconds * 1e3:10.1f} "
+                   f"{row.compiled.seconds_per_token * 1e6:8.3f} {p.tflops_per_gpu:8,.0f}")
+      else:
+        e = row.estimate
+        numbers = (f"{e.peak_bytes / report.GIB:9.1f} {e.step_seconds * 1e3:9.1f} {e.overlapped_seconds * 1e3:10.1f} "
+                   f"{e.seconds_per_token * 1e6:8.3f} {e.tflops_per_gpu:8,.0f}")
+      status = row.status + (" (run's)" if row.reference else "")
+      lines.append(f"    {mark}{row.layout.label():58} {status:13} {numbers if not row.reason else ''}")
+      if row.reason:
+        lines.append(f"        {row.reason}")
+    if best is None:
+      lines.append("    no compiled layout fits")
+    else:
+      lines.append(f"    best: {' '.join(best.layout.overrides())}")
+  for name, ratio in _speedups(results).items():
+    lines.append(f"  run over {name}, best against best, per token: " + (f"{ratio:.2f}x" if ratio else "n/a"))
+  lines.append("  rows marked 'estimated' did not compile (estimate: MaxText/preflight/estimate.py); " + APPROXIMATION)
+  return lines

@@ -1,0 +1,157 @@
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
+"""`--tune`'s parts that need no compile: the layouts it enumerates (MaxText.preflight.layouts), which GPUs a
+collective joins and whether they span NVLink domains (classify.group_members, targets.Peaks), the estimate that
+prunes (MaxText.preflight.estimate) and the branch and bound (MaxText.preflight.tune.search) on rows whose
+predictions are built here. The compiles themselves: tests/te/tune_test.py."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from MaxText.preflight import estimate, layouts, predict, report, tune
+from MaxText.preflight.classify import Math, Work, group_members
+from MaxText.preflight.kernels import Kernel
+from MaxText.preflight.targets import TARGETS
+
+GIB = 1024**3
+
+
+def test_every_layout_uses_every_gpu_and_puts_the_across_domain_part_outermost():
+  """128 GPUs in two domains of 64: each candidate's axes multiply to 128, its ici part to 64; the dcn part is on the
+  first axis above 1 (so the one-process compile lays devices out as jax's hybrid mesh does); the global batch is
+  a whole number of sequences that the batch axes split evenly."""
+  space = layouts.Space(devices=128, domain=64)
+  found = layouts.candidates(space)
+  assert len(found) > 100 and len(set(found)) == len(found)
+  for layout in found:
+    assert math.prod(layout.ici) == 64 and layout.slices == 2, layout
+    assert math.prod(layout.size(a) for a in layouts.AXES) == 128
+    first = next(i for i, a in enumerate(layouts.AXES) if layout.size(a) > 1)
+    assert all(size == 1 for i, size in enumerate(layout.dcn) if i != first) or layout.dcn[0] > 1, layout
+    sequences = layout.per_device_batch * 128
+    assert sequences.is_integer() and sequences % (layout.size("data") * layout.size("fsdp")) == 0, layout
+    compiled = dict(o.split("=") for o in layout.compiled())
+    assert all(int(compiled[f"ici_{a}_parallelism"]) == layout.size(a) for a in layouts.AXES)
+    assert "dcn_data_parallelism" not in compiled
+  labels = {layout.label() for layout in found}
+  assert "fsdp=64 | dcn data=2 | b=3 full" in labels and "fsdp=64 | dcn fsdp=2 | b=1 save_qkv_proj" in labels
+
+
+def test_a_fixed_global_batch_varies_the_accumulation_instead_of_the_batch():
+  found = layouts.candidates(layouts.Space(devices=8, domain=8, global_batch=32, tensor=(1,), context=(1,)))
+  assert found and all(l.per_device_batch * 8 * l.accumulation == 32 for l in found)
+  assert {l.accumulation for l in found} == {1, 2, 4}  # 8 would leave half a sequence per GPU
+
+
+def test_a_collectives_group_is_read_as_device_ids_in_all_three_forms():
+  assert group_members("replica_groups=[2,64]<=[128], dimensions={0}", 128) == tuple(range(64))
+  assert group_members("replica_groups=[64,2]<=[2,64]T(1,0), dimensions={0}", 128) == (0, 64)
+  assert group_members("replica_groups=[4,2]<=[2,2,2]T(2,1,0)", 8) == (0, 4)
+  assert group_members("replica_groups=mesh['data'=2,'fsdp'=4] {'data'}, d", 8) == (0, 4)
+  assert group_members("replica_groups=mesh['data'=2,'fsdp'=4] {'fsdp'}, d", 8) == (0, 1, 2, 3)
+  assert group_members("replica_groups={{0,2},{1,3}}, d", 4) == (0, 2)
+  assert group_members("replica_groups={}, d", 4) == (0, 1, 2, 3)
+
+
+def test_a_group_of_two_gpus_in_two_racks_goes_over_the_network_and_64_in_one_over_nvlink():
+  """Group size alone said the opposite of the first: 2 GPUs are fewer than a domain holds, but GPUs 0 and 64 of a
+  128-GPU run lie in two NVL72 racks (64 each)."""
+  peaks = TARGETS["gb300"].peaks
+  assert peaks.domain_gpus(128) == 64 and peaks.domain_gpus(64) == 64 and peaks.domain_gpus(4) == 4
+  assert TARGETS["b200"].peaks.domain_gpus(16) == 8
+  wire = 10**9
+
+  def seconds(members: tuple[int, ...]) -> float:
+    work = Work(math=Math.COLLECTIVE, wire_bytes=wire, group=len(members), members=members, devices=128)
+    return predict.kernel_seconds(Kernel(name="c", opcode="all-reduce", target="", bytes=0, op_name="", work=work),
+                                  peaks)
+
+  assert seconds((0, 64)) == pytest.approx(wire / peaks.network)
+  assert seconds(tuple(range(64, 128))) == pytest.approx(wire / peaks.nvlink)
+  assert seconds(tuple(range(128))) == pytest.approx(wire / peaks.network)
+
+
+FACTS = estimate.ModelFacts(layers=126, emb=16384, mlp=53248, heads=128, kv_heads=8, head_dim=128, vocab=128256,
+                            sequence=8192)
+
+
+def _reference(layout: layouts.Layout, gathered: float = 4e12, scattered: float = 2e12) -> estimate.Reference:
+  return estimate.Reference(layout=layout, compute_seconds=10.0, optimizer_seconds=0.5, gathered_bytes=gathered,
+                            scattered_bytes=scattered, other_comm_seconds=0.0, state_bytes=40 * GIB,
+                            temporary_bytes=60 * GIB, model_flops=1e16)
+
+
+def _layout(ici=(1, 128, 1, 1), dcn=(1, 1, 1, 1), batch=1.0, accumulation=1, remat="full") -> layouts.Layout:
+  return layouts.Layout(ici=ici, dcn=dcn, per_device_batch=batch, accumulation=accumulation, remat=remat)
+
+
+def test_the_estimate_moves_fsdp_inside_a_rack_off_the_network_and_scales_compute_and_memory():
+  peaks = TARGETS["gb300"].peaks
+  own = _layout()
+  ref = _reference(own)
+  same = estimate.estimate(own, ref, FACTS, peaks, 128)
+  assert same.compute_seconds == pytest.approx(10.0)
+  assert same.comm_seconds == pytest.approx(6e12 * 127 / 128 / peaks.network)
+  assert same.peak_bytes == pytest.approx(100 * GIB)
+  inside = estimate.estimate(_layout(ici=(1, 64, 1, 1), dcn=(2, 1, 1, 1)), ref, FACTS, peaks, 128)
+  gradient_shard = 2e12 / 64
+  assert inside.comm_seconds == pytest.approx(6e12 * 63 / 64 / peaks.nvlink + gradient_shard / peaks.network)
+  assert inside.peak_bytes == pytest.approx(80 * GIB + 60 * GIB)  # state on 64 shards instead of 128
+  triple = estimate.estimate(_layout(batch=3.0), ref, FACTS, peaks, 128)
+  assert triple.compute_seconds == pytest.approx(9.5 * 3 + 0.5) and triple.tokens == 3 * 8192
+  assert triple.seconds_per_token < same.seconds_per_token  # the same gathers carry three times the tokens
+  saved = estimate.estimate(_layout(remat="minimal_with_context"), ref, FACTS, peaks, 128)
+  assert saved.compute_seconds == pytest.approx(9.5 * 3 / 4 + 0.5) and saved.peak_bytes > same.peak_bytes
+
+
+def _row(step_estimate: float, peak_estimate: float, name: str) -> tune.Row:
+  est = estimate.Estimate(compute_seconds=step_estimate, comm_seconds=0.0,
+                          peak_bytes=peak_estimate, tokens=1000, model_flops=1e15)
+  return tune.Row(program="run", layout=_layout(remat=name), estimate=est)
+
+
+def _compiled(step: float, peak: int) -> tune.Compiled:
+  prediction = predict.Prediction(seconds={g: 0.0 for g in predict.Group} | {predict.Group.MLP_GEMMS: step},
+                                  bytes={}, kernels={}, flops={}, model_flops=1e15)
+  memory = report.Memory(arguments=peak, outputs=0, aliased=0, temporaries=0, code=0, device=100)
+  return tune.Compiled(prediction=prediction, memory=memory, tokens=1000)
+
+
+def test_the_search_compiles_by_estimate_stops_when_no_estimate_can_win_and_never_picks_what_does_not_fit():
+  """Compiled truth per row (step seconds, peak bytes against 100 jax may use): the estimated-fastest row does not
+  fit, so the next fitting one is best; rows estimated far over memory are skipped; the search stops at the first
+  row estimated more than TOLERANCE slower than the best; exhaustive compiles every row and agrees."""
+  truth = {"a": (1.0, 120), "b": (1.4, 90), "c": (1.5, 80), "d": (1.2, 90), "e": (3.0, 50), "f": (0.5, 95)}
+  estimates = {"a": (1.0, 95), "b": (1.3, 90), "c": (1.45, 80), "d": (1.2, 500), "e": (2.0, 50), "f": (0.9, 200)}
+
+  def run(exhaustive: bool) -> tuple[tune.Search, list[str]]:
+    compiled: list[str] = []
+
+    def compile_row(row: tune.Row) -> None:
+      compiled.append(row.layout.remat)
+      row.compiled = _compiled(*truth[row.layout.remat])
+
+    reference = _row(*estimates["c"], "c")
+    reference.compiled, reference.reference = _compiled(*truth["c"]), True
+    others = [_row(*estimates[n], n) for n in "abdef"]
+    return tune.search(reference, others, compile_row, device_bytes=100, budget=10, exhaustive=exhaustive), compiled
+
+  pruned, compiled = run(exhaustive=False)
+  assert compiled == ["a", "b"]  # f and d estimated > 110; e (2.0 * 0.9 > 1.4) not worth a compile
+  assert pruned.best.layout.remat == "b" and pruned.best.compiled.memory.fits
+  full, compiled = run(exhaustive=True)
+  assert sorted(compiled) == ["a", "b", "d", "e", "f"]
+  assert full.best.layout.remat == "f"  # the truth the memory estimate hid: the slack is what bounds that miss
+  assert all(r.compiled.memory.fits for r in (pruned.best, full.best))
+
+
+def test_the_search_stops_at_its_compile_budget():
+  def compile_row(row: tune.Row) -> None:
+    row.compiled = _compiled(10.0, 200)  # none fits: nothing bounds the search but the budget
+
+  reference = _row(1.0, 10, "r")
+  reference.compiled = _compiled(10.0, 200)
+  found = tune.search(reference, [_row(1.0 + i / 10, 10, str(i)) for i in range(8)], compile_row, 100, budget=3)
+  assert found.compiles == 4 and found.best is None  # the reference and three more
