@@ -41,8 +41,8 @@ def test_every_layout_uses_every_gpu_and_puts_the_across_domain_part_outermost()
 
 def test_a_fixed_global_batch_varies_the_accumulation_instead_of_the_batch():
   found = layouts.candidates(layouts.Space(devices=8, domain=8, global_batch=32, tensor=(1,), context=(1,)))
-  assert found and all(l.per_device_batch * 8 * l.accumulation == 32 for l in found)
-  assert {l.accumulation for l in found} == {1, 2, 4}  # 8 would leave half a sequence per GPU
+  assert found and all(layout.per_device_batch * 8 * layout.accumulation == 32 for layout in found)
+  assert {layout.accumulation for layout in found} == {1, 2, 4}  # 8 would leave half a sequence per GPU
 
 
 def test_a_collectives_group_is_read_as_device_ids_in_all_three_forms():
