@@ -174,16 +174,22 @@ def test_gpu_install_order_and_flags(recording: dict[str, pathlib.Path]) -> None
 
 @pytest.mark.parametrize("free_kib, said", [(3 * 1024 * 1024, True), (64 * 1024 * 1024, False)])
 def test_a_disk_too_small_for_the_gpu_environment_is_said_before_the_install(recording, free_kib, said) -> None:
-  """A `df` that reports `free_kib` free: below the --gpu environment's 10 GiB, one line naming the free space and
-  the need comes before pip runs (pip's own "No space left on device" comes minutes in and names no size)."""
+  """A `df` that reports `free_kib` free on the disk of `--venv DIR` (a folder of its own, standing for another disk)
+  and the opposite on every other path, the repository's included: below the --gpu environment's 10 GiB there, one
+  line naming the free space and the need comes before pip runs (pip's own "No space left on device" comes minutes in
+  and names no size). A check of the repository's disk instead says the opposite, and fails both cases."""
   awk = shutil.which("awk")
   assert awk, "test needs awk on PATH"
   (recording["bin"] / "awk").symlink_to(awk)
-  _fake_python(recording["bin"] / "df", f'echo "Filesystem 1024-blocks Used Available Capacity Mounted on"\n'
-                                        f'echo "/dev/vda 264241152 1 {free_kib} 99% /"')
-  rc, out, calls = _run_recorded(recording, "--gpu", "--venv", "gpu-env")
+  disk = recording["home"] / "other-disk"
+  disk.mkdir()
+  other_kib = 64 * 1024 * 1024 + 3 * 1024 * 1024 - free_kib
+  _fake_python(recording["bin"] / "df", 'echo "Filesystem 1024-blocks Used Available Capacity Mounted on"\n'
+                                        f'for last; do :; done; case "$last" in {disk}*) free={free_kib} ;; *) free={other_kib} ;; esac\n'
+                                        'echo "/dev/vdb 264241152 1 $free 99% /"')
+  rc, out, calls = _run_recorded(recording, "--gpu", "--venv", str(disk / "gpu-env"))
   assert rc == 0 and calls, out
-  venv = recording["home"] / "gpu-env"
+  venv = disk / "gpu-env"
   line = f"setup.sh: 3 GiB free on the disk of {venv}, and a new {venv} takes about 10 GiB"
   assert (line in out) == said and ("No space" in out) == said, out
 
