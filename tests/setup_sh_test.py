@@ -185,7 +185,8 @@ def test_a_disk_too_small_for_the_gpu_environment_is_said_before_the_install(rec
   disk.mkdir()
   other_kib = 64 * 1024 * 1024 + 3 * 1024 * 1024 - free_kib
   _fake_python(recording["bin"] / "df", 'echo "Filesystem 1024-blocks Used Available Capacity Mounted on"\n'
-                                        f'for last; do :; done; case "$last" in {disk}*) free={free_kib} ;; *) free={other_kib} ;; esac\n'
+                                        'for last; do :; done\n'  # the path df is asked about
+                                        f'case "$last" in {disk}*) free={free_kib} ;; *) free={other_kib} ;; esac\n'
                                         'echo "/dev/vdb 264241152 1 $free 99% /"')
   rc, out, calls = _run_recorded(recording, "--gpu", "--venv", str(disk / "gpu-env"))
   assert rc == 0 and calls, out
