@@ -332,6 +332,22 @@ def test_the_gemm_operands_amax_leaves_out_blocks_holding_a_nan(kw, big, block):
   assert float(quantize(x, scaling=kw.get("scaling", "1d")).amax) == 100.0
 
 
+@pytest.mark.parametrize("kw", [dict(), dict(axis=0), dict(scaling="2d")], ids=["1d", "axis0", "2d"])
+@pytest.mark.parametrize("inf", [np.inf, -np.inf])
+def test_an_infinity_is_the_gemm_operands_amax_not_a_nan_block_left_out(kw, inf):
+  """The NaN-free block maximum leaves out NaN, never infinity: an operand holding +-inf has an infinite tensor amax
+  in every form (TE's amax is max |x| ignoring NaN only), so its scales say so. Red when a block holding +inf is
+  taken for a NaN block (the amax is then the largest finite element, 100 here)."""
+  from MaxText.nvfp4.quantize import quantize_codes  # pylint: disable=import-outside-toplevel  # this test's alone
+
+  x = np.array(jax.random.normal(jax.random.key(2), (32, 64), jnp.float32))
+  x[3, 5], x[20, 40] = inf, 100.0
+  _, amax = _block_scaled(jnp.asarray(x), **kw)
+  assert np.isposinf(float(amax)), float(amax)
+  assert np.isposinf(float(quantize_codes(jnp.asarray(x), **kw).amax))
+  assert np.isposinf(float(quantize(x, scaling=kw.get("scaling", "1d")).amax))
+
+
 @pytest.mark.parametrize("kw", [dict(), dict(scaling="2d"), dict(rht=True), dict(axis=0, rht=True),
                                 dict(stochastic_rounding=True, key=jax.random.key(3))])
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
