@@ -29,7 +29,7 @@ from MaxText.integration.settings import settings_of
 from MaxText.precision.policy import Precision
 from MaxText.precision.taps import CALIBRATION, TAPS
 
-__all__ = ["Calibration", "calibrate", "gemm_path", "read_input_amax"]
+__all__ = ["Calibration", "calibrate", "gemm_path", "measured", "read_input_amax"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,10 +96,16 @@ def calibrate(config: Any, config_path: str, overrides: Sequence[str], checkpoin
     tail = " ".join(run.stderr.strip().splitlines()[-1:])[:300]
     raise ExportError(f"the calibration run (MaxText.train loading {checkpoint} for {steps} steps at "
                       f"learning_rate=0) failed with exit status {run.returncode}: {tail}")
-  amax, measured = read_input_amax(metrics)
+  return measured(metrics, steps)
+
+
+def measured(metrics: pathlib.Path, steps: int) -> Calibration:
+  """The calibration the run's metrics file holds; ExportError when it holds none, or fewer or more steps than
+  `steps` measured (a step that measured nothing would make the amax a maximum over fewer batches than asked)."""
+  amax, found = read_input_amax(metrics)
   if not amax:
     raise ExportError(f"the calibration run wrote no {CALIBRATION.prefix} metrics to {metrics}")
-  if measured != steps:
-    raise ExportError(f"the calibration run measured {measured} of {steps} steps ({metrics}); every step must "
+  if found != steps:
+    raise ExportError(f"the calibration run measured {found} of {steps} steps ({metrics}); every step must "
                       "measure the NVFP4 GEMMs' inputs")
   return Calibration(steps, amax)
