@@ -35,7 +35,8 @@ _SOURCES = {
 }
 #: name -> (source, overrides): the target runs, each loading its source's last checkpoint at learning rate 0.
 _TARGETS = {
-    "bf16_to_nvfp4": ("bf16", ["quantization=te_nvfp4"]),
+    # A BF16 first layer: every GEMM holds its decoder layer index (nvfp4_layer), which the bf16 source lacks.
+    "bf16_to_nvfp4": ("bf16", ["quantization=te_nvfp4", "nvfp4_bf16_first_layers=1"]),
     "nvfp4_to_nvfp4": ("nvfp4", ["quantization=te_nvfp4", "nvfp4_stats_interval=1"]),
     "unscanned_fp8_to_no_rht": ("unscanned_fp8", ["quantization=te_nvfp4_no_rht", "scan_layers=false"]),
     "moe_to_nvfp4": ("moe", ["quantization=te_nvfp4", *MIXTRAL_SPARSE]),
@@ -87,6 +88,10 @@ def test_plugin_state_starts_fresh_and_is_named(runs, target):
   line = next((x for x in log.splitlines() if "the plugin's own state starts fresh, not loaded: " in x), "")
   named = "nvfp4_experts" if target == "moe_to_nvfp4" else "nvfp4_sr_count"  # Mixtral: every MLP GEMM is an expert's
   assert named in line, log[-3000:]
+  if target == "bf16_to_nvfp4":
+    assert "nvfp4_layer" in line, line
+    layers = [v for k, v in read_checkpoint(last_checkpoint(root / target)).items() if k.endswith("/nvfp4_layer")]
+    assert layers and all(v.tolist() == [0, 1] for v in layers), layers  # assigned as in a run from scratch
   if target == "nvfp4_to_nvfp4":
     source = {k: v for k, v in read_checkpoint(last_checkpoint(root / "nvfp4")).items() if k.endswith("/nvfp4_sr_count")}
     assert all((v == 3).all() for v in source.values()), source

@@ -22,6 +22,7 @@ def _state() -> nnx.State:
       "decoder": {"layers": {"mlp": {
           "wi_0": {"kernel": nnx.Param(jnp.ones((4, 2, 8))),
                    "Nvfp4DotGeneral_0": {"nvfp4_sr_count": nnx.Variable(jnp.zeros((2,), jnp.uint32)),
+                                         "nvfp4_layer": nnx.Variable(jnp.arange(2, dtype=jnp.int32)),
                                          "nvfp4_stats": nnx.Variable(jnp.zeros((2, 3, 4)))}},
           "MoeBlock_0": {"wi_0": nnx.Param(jnp.ones((2, 4, 8))),
                          "nvfp4_experts": {"nvfp4_sr_count": nnx.Variable(jnp.zeros((2,), jnp.uint32)),
@@ -34,7 +35,8 @@ def test_the_load_asks_for_the_weights_only():
   paths = {"/".join(map(str, p)) for p, _ in nnx.to_flat_state(weights)}
   assert paths == {"decoder/layers/mlp/wi_0/kernel", "decoder/layers/mlp/MoeBlock_0/wi_0",
                    "token_embedder/embedding"}
-  assert dropped == {"nvfp4_sr_count": 1, "nvfp4_stats": 1, "nvfp4_experts": 2}
+  # nvfp4_layer: a dense GEMM's decoder layer index, there with per-layer BF16 switches (MaxText.backends.flags)
+  assert dropped == {"nvfp4_sr_count": 1, "nvfp4_layer": 1, "nvfp4_stats": 1, "nvfp4_experts": 2}
   line = checkpoints.fresh_line("/ck/3", dropped)
   assert line.startswith("NVFP4: load_parameters_path=/ck/3:") and "nvfp4_experts (2)" in line
 
