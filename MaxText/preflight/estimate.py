@@ -18,7 +18,11 @@ a prediction.
                 (f - 1) / f of them over its group of f (fsdp x context), per microbatch, on NVLink or, when the
                 group spans domains, on the network.
   data          a data-parallel group all-reduces each GPU's gradient shard once a step: 2 (d - 1) / d of it.
-  tensor        4 + 2r all-reduces of a microbatch's activations (tokens x emb x 2 bytes) per layer.
+  tensor        a tensor group of t GPUs works on t x the per-device batch, its activations sharded on emb and
+                gathered (or reduce-scattered) around each projection: per layer (t - 1) x tokens x emb x
+                TENSOR_BYTES(r) on the wire per GPU, TENSOR_BYTES = 2 x (12 + 5r) (read off the 405B fp8 recipe
+                compiled with tensor=8 for 128 GB300s: 884 bf16 reduce-scatters and 2,016 FP8 all-gathers of
+                [8, 8192, 16384] over 126 layers, 30 bytes an element per layer at r = 0.55).
   context       3 + r all-gathers of a layer's keys and values over the context group.
   memory        arguments and outputs (weights, optimizer state) scale with 1 / the weight shards; temporaries
                 are the reference's less its saved activations (layers x tokens x the policy's saved bytes per
@@ -39,7 +43,7 @@ from MaxText.preflight.kernels import Kernel
 from MaxText.preflight.layouts import Layout
 from MaxText.preflight.targets import Peaks
 
-__all__ = ["Estimate", "ModelFacts", "Reference", "estimate"]
+__all__ = ["Estimate", "ModelFacts", "Reference", "estimate", "tensor_bytes"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -71,16 +75,20 @@ class ModelFacts:
     return {"full": 1.0, "save_qkv_proj": 1.0 - share["qkv"], "save_out_proj": 1.0 - share["out"],
             "save_dot_except_mlp": share["mlp"] + share["attention"], "save_dot_with_context_except_mlp": share["mlp"],
             "save_dot_except_mlpwi": share["mlp"] * 2 / 3 + share["attention"],
-            "minimal_with_context": 0.0, "minimal": share["attention"]}.get(remat, 1.0)
+            "minimal_with_context": 0.0, "minimal": share["attention"], "minimal_with_context_and_quantization": 0.0,
+            "minimal_with_quantization": share["attention"]}.get(remat, 1.0)
 
   def saved_bytes(self, remat: str) -> int:
     """Bytes per token and layer a remat policy keeps for the backward (BF16), beyond the layer's input."""
     qkv = 2 * (self.heads + 2 * self.kv_heads) * self.head_dim
     context, out, mlp = 2 * self.heads * self.head_dim, 2 * self.emb, 2 * (self.mlp_matrices - 1) * self.mlp
+    minimal = qkv + out + mlp + 2 * self.emb
+    quantized = 2 * self.emb + self.heads * self.head_dim + self.mlp  # each GEMM input once more, in 8 bits
     return {"full": 0, "save_qkv_proj": qkv, "save_out_proj": out, "save_dot_except_mlp": qkv + out,
             "save_dot_with_context_except_mlp": qkv + context + out, "save_dot_except_mlpwi": qkv + out + 2 * self.emb,
-            "minimal_with_context": qkv + context + out + mlp + 2 * self.emb,
-            "minimal": qkv + out + mlp + 2 * self.emb}.get(remat, 0) + 2 * self.emb
+            "minimal_with_context": minimal + context, "minimal": minimal,
+            "minimal_with_context_and_quantization": minimal + context + quantized,
+            "minimal_with_quantization": minimal + quantized}.get(remat, 0) + 2 * self.emb
 
   def logits_bytes(self) -> int:
     """Per token: the output head's logits in f32 and their gradient in BF16."""
@@ -152,6 +160,11 @@ class Estimate:
     return self.model_flops / self.step_seconds / 1e12
 
 
+def tensor_bytes(recomputed: float) -> float:
+  """Bytes per activation element a tensor-parallel layer puts on the wire (module docstring)."""
+  return 2 * (12 + 5 * recomputed)
+
+
 def _tokens(layout: Layout, facts: ModelFacts) -> float:
   """Tokens one GPU processes per microbatch (a tensor or context group shares its sequences)."""
   return layout.per_device_batch * facts.sequence
@@ -182,8 +195,8 @@ def estimate(layout: Layout, ref: Reference, facts: ModelFacts, peaks: Peaks, de
     gradient_shard = ref.scattered_bytes / max(ref.layout.accumulation, 1) * tensor_ref / tensor / fsdp
     comm += 2 * (data - 1) / data * gradient_shard / link(layout.dcn[0] > 1)
   if tensor > 1:
-    activations = micro * facts.emb * 2 / layout.size("context")
-    comm += (4 + 2 * r) * facts.layers * layout.accumulation * 2 * (tensor - 1) / tensor * activations / peaks.nvlink
+    wire = (tensor - 1) * micro / layout.size("context") * facts.emb * tensor_bytes(r)
+    comm += facts.layers * layout.accumulation * wire / peaks.nvlink
   context = layout.size("context")
   if context > 1:
     keys_values = micro * 2 * facts.kv_heads * facts.head_dim * 2

@@ -30,9 +30,10 @@ __all__ = ["AXES", "REMAT_POLICIES", "Layout", "Space", "candidates"]
 AXES = ("data", "fsdp", "context", "tensor")
 
 #: maxtext's remat policies that keep everything on the GPU (the `*_offloaded` ones move activations to the host,
-#: and `custom` needs per-tensor settings), from least to most memory.
+#: and `custom` needs per-tensor settings), from least to most memory; the last also keeps the quantized GEMM inputs
+#: (the 8B recipes').
 REMAT_POLICIES = ("full", "save_qkv_proj", "save_dot_except_mlp", "save_dot_with_context_except_mlp",
-                  "save_dot_except_mlpwi", "minimal_with_context")
+                  "save_dot_except_mlpwi", "minimal_with_context", "minimal_with_context_and_quantization")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,11 +62,23 @@ class Layout:
   def slices(self) -> int:
     return math.prod(self.dcn)
 
-  def overrides(self) -> list[str]:
-    """The maxtext keys a user runs this layout with (one slice per NVLink domain: `num_slices` = the domains)."""
-    keys = [f"ici_{axis}_parallelism={size}" for axis, size in zip(AXES, self.ici)]
-    if self.slices > 1:
-      keys += [f"dcn_{axis}_parallelism={size}" for axis, size in zip(AXES, self.dcn)]
+  def overrides(self, gpus_per_slice: int) -> list[str]:
+    """The maxtext keys a multi-process run uses for this layout when each jax slice holds `gpus_per_slice` GPUs
+    (jax's default on GPUs: one slice per node, so `ici_*` within a node of 4 or 8 and `dcn_*` across nodes): the
+    innermost mesh axes fill a slice, so the hybrid mesh lays devices out as `compiled` does. One slice (a single
+    node, or slice_index set for the whole job): `compiled`."""
+    sizes = [self.size(axis) for axis in AXES]
+    devices = math.prod(sizes)
+    if devices <= gpus_per_slice or devices % gpus_per_slice:
+      return self.compiled()
+    ici, left = [1] * len(AXES), gpus_per_slice
+    for i in reversed(range(len(AXES))):
+      take = math.gcd(sizes[i], left)
+      if take < min(sizes[i], left):  # the slice would split an axis in a way the hybrid mesh orders otherwise
+        return self.compiled()
+      ici[i], left = take, left // take
+    keys = [f"ici_{axis}_parallelism={size}" for axis, size in zip(AXES, ici)]
+    keys += [f"dcn_{axis}_parallelism={size // part}" for axis, size, part in zip(AXES, sizes, ici)]
     return keys + self._rest()
 
   def compiled(self) -> list[str]:
@@ -83,7 +96,7 @@ class Layout:
     inside = " ".join(f"{axis}={size}" for axis, size in zip(AXES, self.ici) if size > 1) or "1 GPU"
     across = " ".join(f"{axis}={size}" for axis, size in zip(AXES, self.dcn) if size > 1)
     accumulation = f" ga={self.accumulation}" if self.accumulation > 1 else ""
-    return (f"{inside}{' | dcn ' + across if across else ''} | b={self._rest()[0].split('=')[1]}{accumulation} "
+    return (f"{inside}{' | across domains ' + across if across else ''} | b={self._rest()[0].split('=')[1]}{accumulation} "
             f"{self.remat}")
 
 
@@ -95,9 +108,9 @@ class Space:
     per-device batch is free (`batches`) and each candidate's throughput is compared per token.
   batches: per-device batches tried when the global batch is free.
   accumulations: gradient accumulation steps tried when the global batch is fixed.
-  tensor, context: the sizes tried for those axes (within a domain).
+  tensor, context, data: the sizes tried for those axes within a domain (fsdp takes the rest of it).
   remat: the policies tried.
-  sequence: max_target_length (context parallelism must divide it into blocks of at least 512 tokens).
+  sequence: max_target_length (context parallelism must divide it).
   """
 
   devices: int
@@ -107,6 +120,7 @@ class Space:
   accumulations: tuple[int, ...] = (1, 2, 4, 8)
   tensor: tuple[int, ...] = (1, 2, 4, 8)
   context: tuple[int, ...] = (1, 2, 4)
+  data: tuple[int, ...] = (1, 2, 4)
   remat: tuple[str, ...] = REMAT_POLICIES
   sequence: int = 8192
 
@@ -115,8 +129,8 @@ def _meshes(space: Space) -> Iterator[tuple[tuple[int, int, int, int], tuple[int
   """(ici, dcn) pairs: tensor and context inside a domain, data (1, 2 or 4) and fsdp the rest of it; across domains,
   data or (with no data inside) fsdp, so that the across-domain part sits on the outermost axis above 1."""
   domains = space.devices // space.domain
-  for tensor, context, data in itertools.product(space.tensor, space.context, (1, 2, 4)):
-    if space.domain % (tensor * context * data) or space.sequence % context or space.sequence // context < 512:
+  for tensor, context, data in itertools.product(space.tensor, space.context, space.data):
+    if space.domain % (tensor * context * data) or space.sequence % context:
       continue
     ici = (data, space.domain // (tensor * context * data), context, tensor)
     if domains == 1:

@@ -87,8 +87,8 @@ class Row:
 
   def as_dict(self) -> dict[str, Any]:
     est = self.estimate
-    return {"program": self.program, "layout": self.layout.label(), "overrides": self.layout.overrides(),
-            "compiled_as": self.layout.compiled(), "reference": self.reference, "status": self.status,
+    return {"program": self.program, "layout": self.layout.label(), "overrides": self.layout.compiled(),
+            "reference": self.reference, "status": self.status,
             "reason": self.reason,
             "estimate": {"step_seconds": est.step_seconds, "overlapped_seconds": est.overlapped_seconds,
                          "peak_bytes": est.peak_bytes, "tokens_per_gpu": est.tokens,
@@ -110,7 +110,8 @@ class Search:
 
   @property
   def compiles(self) -> int:
-    return sum(1 for r in self.rows if r.compiled is not None or r.reason)
+    """Rows compiled (a refusal costs a config load, seconds, and is not counted)."""
+    return sum(1 for r in self.rows if r.compiled is not None)
 
 
 def search(reference: Row, others: Sequence[Row], compile_row: Callable[[Row], None], device_bytes: int,
@@ -141,6 +142,14 @@ def _facts(config: Any) -> estimate_lib.ModelFacts:
       heads=int(config.num_query_heads), kv_heads=int(config.num_kv_heads), head_dim=int(config.head_dim),
       vocab=int(config.vocab_size), sequence=int(config.max_target_length),
       mlp_matrices=len(config.mlp_activations) + 1)
+
+
+def _context_sizes(config: Any) -> tuple[int, ...]:
+  """Context parallelism sizes worth trying: maxtext refuses it with packed sequences unless attention is its
+  load-balanced ring ("Packing is only supported for load balanced ring attention with context parallelism")."""
+  ring = (str(getattr(config, "context_parallel_strategy", "")) == "ring"
+          and bool(getattr(config, "context_parallel_load_balance", False)))
+  return layouts.Space.context if ring or not getattr(config, "packing", False) else (1,)
 
 
 def _layout_of(config: Any) -> layouts.Layout:
@@ -214,7 +223,7 @@ def tune(config_path: str, overrides: Sequence[str], target_name: str, devices: 
   except Refused as e:
     library.fail(str(e))
   space = space or layouts.Space(devices=devices, domain=target.peaks.domain_gpus(devices),
-                                 global_batch=global_batch, sequence=facts.sequence)
+                                 global_batch=global_batch, sequence=facts.sequence, context=_context_sizes(base))
   candidates = [c for c in layouts.candidates(space) if c != own]
   searched = [Program(name="run", overrides=tuple(overrides))] + [
       Program(name=name, overrides=tuple(programs.overrides_for(overrides, programs.COMPARISONS[name])),
@@ -261,7 +270,7 @@ def tune(config_path: str, overrides: Sequence[str], target_name: str, devices: 
                                    exhaustive)
   seconds = time.perf_counter() - start
   return Tuned(results=results, lines=_lines(results, target, devices, seconds, space),
-               payload=_payload(results, seconds, space))
+               payload=_payload(results, seconds, space, target.gpus_per_node))
 
 
 def _speedups(results: dict[str, Search]) -> dict[str, float | None]:
@@ -276,12 +285,13 @@ def _speedups(results: dict[str, Search]) -> dict[str, float | None]:
   return out
 
 
-def _payload(results: dict[str, Search], seconds: float, space: layouts.Space) -> dict[str, Any]:
+def _payload(results: dict[str, Search], seconds: float, space: layouts.Space, per_node: int) -> dict[str, Any]:
   best = {}
   for name, found in results.items():
     row = found.best
     best[name] = None if row is None else {
-        "overrides": row.layout.overrides(), "compiled_as": row.layout.compiled(), "layout": row.layout.label(),
+        "overrides": row.layout.compiled(), "overrides_one_slice_per_node": row.layout.overrides(per_node),
+        "layout": row.layout.label(),
         "step_seconds": row.compiled.prediction.step_seconds,  # type: ignore[union-attr]
         "overlapped_seconds": row.compiled.prediction.overlapped_seconds,  # type: ignore[union-attr]
         "peak_bytes": row.compiled.memory.peak,  # type: ignore[union-attr]
@@ -296,6 +306,7 @@ def _payload(results: dict[str, Search], seconds: float, space: layouts.Space) -
 
 def _lines(results: dict[str, Search], target: Target, devices: int, seconds: float,
            space: layouts.Space) -> list[str]:
+  """The table: per program, every compiled or refused row and the next three estimated ones, the best marked."""
   batch = (f"global batch fixed at {space.global_batch} sequences (gradient accumulation varies)"
            if space.global_batch else "per-device batch free (compared per token)")
   lines = [f"tuned layouts on {devices} x {target.name} ({batch}; NVLink domains of "
@@ -324,7 +335,11 @@ def _lines(results: dict[str, Search], target: Target, devices: int, seconds: fl
     if best is None:
       lines.append("    no compiled layout fits")
     else:
-      lines.append(f"    best: {' '.join(best.layout.overrides())}")
+      lines.append(f"    best, on one jax slice (as compiled here): {' '.join(best.layout.compiled())}")
+      per_node = best.layout.overrides(target.gpus_per_node)
+      if per_node != best.layout.compiled():
+        lines.append(f"    the same with one jax slice per node of {target.gpus_per_node} (jax's default on GPUs): "
+                     f"{' '.join(per_node)}")
   for name, ratio in _speedups(results).items():
     lines.append(f"  run over {name}, best against best, per token: " + (f"{ratio:.2f}x" if ratio else "n/a"))
   lines.append("  rows marked 'estimated' did not compile (estimate: MaxText/preflight/estimate.py); " + APPROXIMATION)

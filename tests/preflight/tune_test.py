@@ -36,7 +36,20 @@ def test_every_layout_uses_every_gpu_and_puts_the_across_domain_part_outermost()
     assert all(int(compiled[f"ici_{a}_parallelism"]) == layout.size(a) for a in layouts.AXES)
     assert "dcn_data_parallelism" not in compiled
   labels = {layout.label() for layout in found}
-  assert "fsdp=64 | dcn data=2 | b=3 full" in labels and "fsdp=64 | dcn fsdp=2 | b=1 save_qkv_proj" in labels
+  assert "fsdp=64 | across domains data=2 | b=3 full" in labels
+  assert "fsdp=64 | across domains fsdp=2 | b=1 save_qkv_proj" in labels
+
+
+def test_the_overrides_for_one_slice_per_node_lay_devices_out_as_compiled():
+  """data 2 x fsdp 64 on 32 nodes of 4: the node's 4 GPUs are the innermost fsdp part, the rest across nodes; a
+  tensor group of 8 spans two nodes; on one node the keys are the compiled ones."""
+  layout = _layout(ici=(1, 64, 1, 1), dcn=(2, 1, 1, 1))
+  assert layout.overrides(4)[:8] == ["ici_data_parallelism=1", "ici_fsdp_parallelism=4", "ici_context_parallelism=1",
+                                     "ici_tensor_parallelism=1", "dcn_data_parallelism=2", "dcn_fsdp_parallelism=16",
+                                     "dcn_context_parallelism=1", "dcn_tensor_parallelism=1"]
+  tensor = _layout(ici=(1, 8, 1, 8), dcn=(2, 1, 1, 1)).overrides(4)
+  assert "ici_tensor_parallelism=4" in tensor and "dcn_tensor_parallelism=2" in tensor and "dcn_fsdp_parallelism=8" in tensor
+  assert _layout(ici=(1, 4, 1, 1)).overrides(4) == _layout(ici=(1, 4, 1, 1)).compiled()
 
 
 def test_a_fixed_global_batch_varies_the_accumulation_instead_of_the_batch():

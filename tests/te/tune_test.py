@@ -1,0 +1,92 @@
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
+"""`--tune` (MaxText.preflight.tune) on real compiles: the tiny model's every candidate in a small space compiled for
+4 B200s once (exhaustive), then the pruned search replayed over those compiles, so that pruning, the fit rule and
+the refusals are all judged against what a full search finds, at the cost of one full search (about 10 compiles of
+the tiny BF16 step). The CPU tests of each part: tests/preflight/tune_test.py."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from tests.helpers import TINY_YML
+
+TINY_BF16 = ["base_emb_dim=128", "head_dim=32", "base_mlp_dim=256", "per_device_batch_size=1", "max_target_length=128",
+             "hardware=gpu"]
+
+
+@pytest.fixture(scope="module")
+def full(te):
+  """The tiny BF16 run's every candidate compiled (tensor 1 or 2, data 1 or 2, context 1 or 2, batch 1 or 2, full
+  remat) for 4 B200s; context 2 is refused by maxtext with packed sequences, in seconds, without a compile."""
+  del te
+  from MaxText.backends import environment  # pylint: disable=import-outside-toplevel  # jax: after the fixture
+  from MaxText.preflight import layouts, library, tune  # pylint: disable=import-outside-toplevel
+
+  space = layouts.Space(devices=4, domain=4, batches=(1, 2), tensor=(1, 2), context=(1, 2), data=(1, 2),
+                        remat=("full",), sequence=128)
+  with environment.answering(library.target_environment("b200", 4)):
+    return tune.tune(str(TINY_YML), TINY_BF16, "b200", 4, fraction=0.75, against=(), space=space, exhaustive=True)
+
+
+def _replayed(full, device_bytes: int, budget: int = 6):
+  """The pruned search over the full search's rows, each compile answered by the full search's (no compile here)."""
+  from MaxText.preflight import tune  # pylint: disable=import-outside-toplevel
+
+  def fits(row):  # the memory verdict against `device_bytes`
+    if row.compiled is None:
+      return None
+    return dataclasses.replace(row.compiled, memory=dataclasses.replace(row.compiled.memory, device=device_bytes))
+
+  rows = full.results["run"].rows
+  recorded = {row.layout: row for row in rows}
+
+  def compile_row(row):
+    row.compiled, row.reason = fits(recorded[row.layout]), recorded[row.layout].reason
+
+  reference = dataclasses.replace(rows[0], compiled=fits(rows[0]))
+  fresh = [tune.Row(program="run", layout=row.layout, estimate=row.estimate) for row in rows[1:]]
+  pruned = tune.search(reference, fresh, compile_row, device_bytes, budget)
+  exhaustive = tune.Search(program="run", rows=[reference, *(dataclasses.replace(r, compiled=fits(r)) for r in rows[1:])])
+  return pruned, exhaustive
+
+
+def test_the_pruned_search_picks_what_the_full_search_picks_with_fewer_compiles(full):
+  """Against the GPU's memory, and against a device so small that the fastest layouts do not fit: the same best
+  either way, never one that does not fit, in fewer compiles."""
+  peaks = sorted(row.compiled.memory.peak for row in full.results["run"].rows if row.compiled is not None)
+  for device_bytes in (full.results["run"].rows[0].compiled.memory.device, peaks[len(peaks) // 2]):
+    pruned, exhaustive = _replayed(full, device_bytes)
+    assert exhaustive.best is not None and exhaustive.best.compiled.memory.fits, device_bytes
+    assert pruned.best is not None and pruned.best.layout == exhaustive.best.layout, (device_bytes, pruned.best.layout,
+                                                                                       exhaustive.best.layout)
+    assert pruned.compiles < exhaustive.compiles, (pruned.compiles, exhaustive.compiles)
+  small = _replayed(full, peaks[len(peaks) // 2])[1]
+  assert any(not row.compiled.memory.fits for row in small.rows if row.compiled is not None)  # the rule is exercised
+
+
+def test_a_layout_maxtext_refuses_is_a_row_with_its_reason(full):
+  rows = full.results["run"].rows
+  refused = [row for row in rows if row.reason]
+  assert refused and all(row.layout.size("context") == 2 and row.compiled is None for row in refused)
+  assert all("Packing is only supported for load balanced ring attention" in row.reason for row in refused)
+  assert all(row.status == "refused" for row in refused)
+  assert any("refused" in line for line in full.lines) and any(refused[0].reason in line for line in full.lines)
+
+
+def test_the_json_has_the_candidates_the_best_and_its_overrides(full):
+  payload = json.loads(json.dumps(full.payload))  # what --json writes
+  tuned = payload["tune"]
+  best = tuned["best"]["run"]
+  assert set(best) >= {"overrides", "step_seconds", "overlapped_seconds", "peak_bytes"}
+  assert best["step_seconds"] >= best["overlapped_seconds"] > 0 and best["peak_bytes"] > 0
+  assert any(o.startswith("ici_fsdp_parallelism=") for o in best["overrides"])
+  rows = tuned["candidates"]
+  assert len(rows) == len(full.results["run"].rows) and rows[0]["reference"]
+  assert {row["status"] for row in rows} == {"fits", "refused"}
+  for row in rows:
+    assert set(row) >= {"program", "layout", "overrides", "status", "estimate", "compiled", "reason"}
+    assert (row["compiled"] is None) == (row["status"] == "refused")
+  assert tuned["speedup"] == {} and "approximation" in tuned
