@@ -231,6 +231,26 @@ def install_cli_error_handler(handler: Callable[[Exception], None]) -> None:
   _install(hook, lambda original: handler)
 
 
+@contextlib.contextmanager
+def config_errors_raised() -> Iterator[None]:
+  """Inside the block maxtext's config errors raise (maxtext's own exception) instead of reaching the config-error
+  handler, maxtext's or our command line's, both of which exit: for a caller that tries many configs and reports a
+  refused one as a row (the pre-flight's --tune). The handler in place before is back after the block."""
+  (hook,) = [h for h in HOOKS if h.when == "cli"]
+  saved = [resolve(target) for target in hook.targets]
+
+  def _handle_config_exception(e: Exception) -> None:
+    raise e
+
+  for owner, name, _ in saved:
+    setattr(owner, name, _handle_config_exception)
+  try:
+    yield
+  finally:
+    for owner, name, original in saved:
+      setattr(owner, name, original)
+
+
 def is_registered() -> bool:
   """True once `register()` has installed the plugin in this process."""
   return _registered

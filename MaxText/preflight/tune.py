@@ -145,11 +145,13 @@ def _facts(config: Any) -> estimate_lib.ModelFacts:
 
 
 def _context_sizes(config: Any) -> tuple[int, ...]:
-  """Context parallelism sizes worth trying: maxtext refuses it with packed sequences unless attention is its
-  load-balanced ring ("Packing is only supported for load balanced ring attention with context parallelism")."""
+  """Context parallelism sizes worth trying: maxtext refuses it with packed sequences of a real dataset unless
+  attention is its load-balanced ring ("Packing is only supported for load balanced ring attention with context
+  parallelism", raised as the attention is traced)."""
   ring = (str(getattr(config, "context_parallel_strategy", "")) == "ring"
           and bool(getattr(config, "context_parallel_load_balance", False)))
-  return layouts.Space.context if ring or not getattr(config, "packing", False) else (1,)
+  packed = bool(getattr(config, "packing", False)) and getattr(config, "dataset_type", "") != "synthetic"
+  return layouts.Space.context if ring or not packed else (1,)
 
 
 def _layout_of(config: Any) -> layouts.Layout:
@@ -215,8 +217,8 @@ def tune(config_path: str, overrides: Sequence[str], target_name: str, devices: 
 
   start = time.perf_counter()
   target = TARGETS[target_name]
-  seam.install_cli_error_handler(_raise_refused)
-  base = library.load_config(config_path, overrides, devices)
+  seam.register()
+  base = library.load_config(config_path, overrides, devices)  # a config error here is the run's: one line, exit 2
   facts = _facts(base)
   try:
     own = _layout_of(base)
@@ -232,7 +234,11 @@ def tune(config_path: str, overrides: Sequence[str], target_name: str, devices: 
   def compile_layout(program: Program, layout: layouts.Layout) -> tuple[Compiled, list[kernels_lib.Kernel]]:
     theirs = programs.replaced(program.overrides, layout.compiled())
     with program.context():
-      config = library.load_config(config_path, theirs, devices)
+      with seam.config_errors_raised():
+        try:
+          config = library.load_config(config_path, theirs, devices)
+        except Exception as e:  # pylint: disable=broad-exception-caught  # a config error is a refusal; others raise
+          _raise_refused(e)
       compiled = compile_train_step(config, target_name, devices,
                                     log=lambda line: log(f"{line}: {program.name}, {layout.label()}"))
     found = kernels_lib.kernels(compiled.as_text())
@@ -269,7 +275,8 @@ def tune(config_path: str, overrides: Sequence[str], target_name: str, devices: 
     results[program.name] = search(reference, rows, compile_row, int(target.memory_bytes * fraction), budget,
                                    exhaustive)
   seconds = time.perf_counter() - start
-  return Tuned(results=results, lines=_lines(results, target, devices, seconds, space),
+  lines = _lines(results, target, devices, seconds, space, int(target.memory_bytes * fraction))
+  return Tuned(results=results, lines=lines,
                payload=_payload(results, seconds, space, target.gpus_per_node))
 
 
@@ -304,9 +311,10 @@ def _payload(results: dict[str, Search], seconds: float, space: layouts.Space, p
                    "estimate": "MaxText/preflight/estimate.py", "memory_slack": MEMORY_SLACK, "tolerance": TOLERANCE}}
 
 
-def _lines(results: dict[str, Search], target: Target, devices: int, seconds: float,
-           space: layouts.Space) -> list[str]:
-  """The table: per program, every compiled or refused row and the next three estimated ones, the best marked."""
+def _lines(results: dict[str, Search], target: Target, devices: int, seconds: float, space: layouts.Space,
+           device_bytes: int) -> list[str]:
+  """The table: per program, every compiled or refused row and the next three estimated to fit that the search did
+  not compile (the bound stopped it), the best marked."""
   batch = (f"global batch fixed at {space.global_batch} sequences (gradient accumulation varies)"
            if space.global_batch else "per-device batch free (compared per token)")
   lines = [f"tuned layouts on {devices} x {target.name} ({batch}; NVLink domains of "
@@ -317,7 +325,8 @@ def _lines(results: dict[str, Search], target: Target, devices: int, seconds: fl
     lines.append(f"    {'':2}{'layout':58} {'status':13} {'peak GiB':>9} {'step ms':>9} {'overlap ms':>10} "
                  f"{'ms/ktok':>8} {'TFLOP/s':>8}")
     shown = [r for r in found.rows if r.compiled is not None or r.reason]
-    shown += [r for r in found.rows[1:] if r.compiled is None and not r.reason][:3]
+    shown += [r for r in found.rows[1:] if r.compiled is None and not r.reason
+              and r.estimate.peak_bytes <= device_bytes * (1 + MEMORY_SLACK)][:3]
     for row in shown:
       mark = "* " if row is best else "  "
       if row.compiled is not None:
@@ -342,5 +351,6 @@ def _lines(results: dict[str, Search], target: Target, devices: int, seconds: fl
                      f"{' '.join(per_node)}")
   for name, ratio in _speedups(results).items():
     lines.append(f"  run over {name}, best against best, per token: " + (f"{ratio:.2f}x" if ratio else "n/a"))
-  lines.append("  rows marked 'estimated' did not compile (estimate: MaxText/preflight/estimate.py); " + APPROXIMATION)
+  lines.append("  rows marked 'estimated' did not compile: their figures are MaxText/preflight/estimate.py's; the "
+               "others are the compiled step's prediction. " + APPROXIMATION)
   return lines

@@ -110,3 +110,25 @@ def test_docs_seam_table_is_the_declared_one():
   section = page.split("\n## How it hooks into maxtext\n", 1)[1].split("\n## ", 1)[0]
   rows = re.findall(r"^\| `([^`]+)` \| ([^|]+) \|", section, flags=re.MULTILINE)
   assert rows and [(t, w.strip()) for t, w in rows] == [(t, h.when) for h in seam.HOOKS for t in h.targets], rows
+
+
+def test_config_errors_raise_inside_config_errors_raised_and_the_handler_is_back_after(monkeypatch):
+  """What --tune tries layouts under (MaxText.preflight.tune): maxtext's own exception instead of the handler's exit
+  (our command line's handler exits 2, as this stand-in for it does), inside the block only; the handler in place
+  before is the one after it."""
+  from maxtext.configs import pyconfig  # pylint: disable=import-outside-toplevel  # after register(), as maxtext's
+
+  seam.register()
+
+  def exits(e):
+    raise SystemExit(2) from e
+
+  monkeypatch.setattr(pyconfig, "_handle_config_exception", exits)
+  bad = ("quantization=te_nvfp4", "nvfp4_bf16_layers=[7]")  # 2 layers
+  with seam.config_errors_raised():
+    with pytest.raises(Exception) as raised:
+      load_config(TINY_YML, *bad)
+  assert not isinstance(raised.value, SystemExit) and "nvfp4_bf16_layers" in str(raised.value)
+  assert pyconfig._handle_config_exception is exits  # pylint: disable=protected-access
+  with pytest.raises(SystemExit):
+    load_config(TINY_YML, *bad)
