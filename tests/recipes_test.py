@@ -76,7 +76,9 @@ def test_recipe_loads_with_published_settings(loaded, pair, variant):
   # 405B: the pre-flight found minimal_with_context_and_quantization needs 491 GiB per GB300 on 64 (docs/preflight.md).
   assert c["remat_policy"] == {"llama3_8b": "minimal_with_context_and_quantization", "llama3.1_405b": "full"}[pair]
   assert c["max_target_length"] == "8192"
-  assert c["ici_fsdp_parallelism"] == "-1"
+  # The layout --tune chose: 8B FSDP over the node; 405B FSDP in each of two NVL72 racks, data across them.
+  assert (c["ici_data_parallelism"], c["ici_fsdp_parallelism"], c["per_device_batch_size"]) == \
+      {"llama3_8b": ("1", "-1", "2"), "llama3.1_405b": ("2", "64", "2")}[pair], c
   assert (c["dataset_type"], c["dataset_name"], c["eval_dataset_name"]) == ("tfds", "c4/en:3.0.1", "c4/en:3.0.1")
   assert c["tokenizer_type"] == "tiktoken" and c["vocab_size"] == "128256"
   assert c["num_decoder_layers"] == {"llama3_8b": "32", "llama3.1_405b": "126"}[pair]

@@ -41,7 +41,7 @@ def test_the_405b_points_run_on_the_posts_128_gpus_and_say_what_is_assumed(scrip
   points = {p.name: p for p in script.POINTS}
   assert points["llama3.1_405b_gb200"].devices == 128 and points["llama3.1_405b_gb300"].devices == 128
   assert all(p.assumed for p in points.values())
-  assert "per_device_batch_size 1" in points["llama3.1_405b_gb300"].assumed
+  assert "per_device_batch_size 2" in points["llama3.1_405b_gb300"].assumed
 
 
 def test_a_point_that_does_not_fit_says_so_and_is_not_counted_as_validated(script):
