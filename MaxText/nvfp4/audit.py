@@ -27,10 +27,12 @@ from MaxText.nvfp4 import hadamard
 from MaxText.nvfp4.formats import (
   BLOCK_SIZE,
   E2M1_MAX,
+  NVFP4,
   e2m1_codes,
   e2m1_grid_inverse_step,
   e2m1_magnitudes,
   e2m1_neighbours,
+  e2m1_values,
   to_e4m3_satfinite,
 )
 from MaxText.nvfp4.operands import Operand
@@ -40,7 +42,8 @@ from MaxText.nvfp4.rounding import RANDOM_BITS, random_bits, stochastic_e2m1_cod
 
 # Operand and gemm_operands are the operand table's (MaxText.nvfp4.operands), named here too for the callers that
 # take them with the audit (MaxText.backends.pipeline, MaxText.selfcheck.run).
-__all__ = ["COLUMNS", "Encoded", "audited", "compare", "emulated", "encode", "neighbours", "sr_moments"]
+__all__ = ["COLUMNS", "ORDER_BOUND", "ORDER_COLUMNS", "Encoded", "audited", "compare", "emulated", "encode",
+           "neighbours", "OrderAware", "order_aware", "rht_interval", "sr_moments"]
 
 #: What `compare` counts, in order: mismatching codes (for a stochastically rounded operand: codes that are not one of
 #: the two E2M1 neighbours of the scaled input), mismatching block scales, a mismatching tensor amax (0 or 1).
@@ -117,16 +120,145 @@ def compare(ours: Encoded, codes: jax.Array, scales: jax.Array, amax: jax.Array,
                     (amax_bits != ours_bits).astype(jnp.float32)])
 
 
+#: How far any float32 summation order of one RHT output's 16 exact products can lie from the exact sum, as a share
+#: of the sum of their magnitudes: gamma_15 = 15u / (1 - 15u), u = 2**-24 (Higham, (3.5)). The interval around our
+#: own float32 sum (itself one order) that holds every order's is twice that; doubled again for the rounding of the
+#: bound's own float32 arithmetic, which is far smaller. Wider only widens the interval a value may take; a candidate
+#: still has to land inside it.
+ORDER_BOUND = 4 * 15 * 2.0**-24 / (1 - 15 * 2.0**-24)
+
+#: What `order_aware` counts: COLUMNS' mismatches, then the differences it accepted as summation order's.
+ORDER_COLUMNS = (*COLUMNS, "accepted_codes", "accepted_scales", "accepted_amax")
+
+
+def _runs(a: jax.Array) -> jax.Array:
+  return a.reshape(*a.shape[:-1], a.shape[-1] // BLOCK_SIZE, BLOCK_SIZE)
+
+
+def rht_interval(t: jax.Array, signs: np.ndarray = hadamard.RHT_SIGNS) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """(ours, low, high): the bf16 RHT of `t` (runs along its last axis) as we compute it, and the least and greatest
+  bf16 value any float32 summation order of each element's 16 products can round to (both ours where every order
+  gives ours).
+
+  Why: the products are exact (bf16 times +-1/4) but their float32 sum rounds when a run's values span more than about
+  2**12 in magnitude (docs/numerics.md#random-hadamard-transform), and the bf16 rounding of that sum then depends on
+  the order of the additions: tensor cores (TE's RHT), XLA:GPU's dot and XLA:CPU's each add in their own. Every
+  partial sum is a multiple of the smallest term's ulp and at most the sum of magnitudes M, so when M is below 2**24
+  of those ulps every order is exact and the same. Otherwise every order's sum lies within ORDER_BOUND x M of ours,
+  and so its bf16 rounding between those of the interval's ends."""
+  ours = hadamard.rht(t, -1, signs)
+  sums = hadamard.rht_sums(t, -1, signs)
+  magnitude = jnp.sum(jnp.abs(_runs(t.astype(jnp.float32))), axis=-1, keepdims=True) * np.float32(0.25)
+  exponent = (jax.lax.bitcast_convert_type(t.astype(jnp.bfloat16), jnp.uint16) >> 7) & 0xFF
+  nonzero = (jax.lax.bitcast_convert_type(t.astype(jnp.bfloat16), jnp.uint16) & 0x7FFF) != 0
+  smallest = jnp.min(_runs(jnp.where(nonzero, jnp.maximum(exponent, 1), 255).astype(jnp.int32)), axis=-1,
+                     keepdims=True)  # a product's ulp is 2**(smallest - 136): bf16's 2**(e - 134), times 1/4
+  exact = jnp.frexp(magnitude)[1] <= smallest - 112  # M < 2**24 * 2**(smallest - 136)
+  reach = jnp.broadcast_to(jnp.where(exact, 0.0, magnitude * np.float32(ORDER_BOUND)), _runs(sums).shape)
+  reach = reach.reshape(sums.shape)
+  low, high = (sums - reach).astype(jnp.bfloat16), (sums + reach).astype(jnp.bfloat16)
+  finite = jnp.isfinite(sums) & jnp.isfinite(reach)
+  return ours, jnp.where(finite, jnp.minimum(low, ours), ours), jnp.where(finite, jnp.maximum(high, ours), ours)
+
+
+def _bits(a: jax.Array) -> jax.Array:
+  return jax.lax.bitcast_convert_type(jnp.asarray(a, jnp.float32).reshape(()), jnp.uint32)
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class OrderAware:
+  """`order_aware`'s verdict per element, block and tensor: where the other quantizer's value is one a correct RHT
+  can give (`*_ok`), and where it differs from ours (`*_differ`): an accepted difference is both."""
+
+  codes_ok: jax.Array
+  scales_ok: jax.Array
+  amax_ok: jax.Array
+  codes_differ: jax.Array
+  scales_differ: jax.Array
+  amax_differs: jax.Array
+
+  def counts(self) -> jax.Array:
+    """ORDER_COLUMNS, float32."""
+
+    def count(mask: jax.Array) -> jax.Array:
+      return jnp.sum(mask, dtype=jnp.float32)
+
+    return jnp.stack([count(~self.codes_ok), count(~self.scales_ok), count(~self.amax_ok),
+                      count(self.codes_differ & self.codes_ok), count(self.scales_differ & self.scales_ok),
+                      count(self.amax_differs & self.amax_ok)])
+
+
+def order_aware(tensor: jax.Array, operand: Operand, codes: jax.Array, scales: jax.Array, amax: jax.Array,
+                amax_given: bool = False) -> OrderAware:
+  """Another quantizer's (codes, scales, amax) of the RHT'd operand
+  `tensor`, held against every operand a correct RHT can give (`rht_interval`; jit-able, counts by
+  `OrderAware.counts`): a difference from ours is accepted
+  where it is what ours would be with each element anywhere in its interval, and counted as a mismatch everywhere
+  else (E2M1, E4M3 and the amax are all monotone in what they round).
+
+  The amax may be any between the maximum of each element's least and of its greatest magnitude; each block scale,
+  under that amax, any between those of its block's least and greatest magnitudes; each code, under that block scale,
+  any between the codes of its element's interval ends (for a stochastically rounded operand also either E2M1
+  neighbour of either end). `amax_given`: the in-training audit's rule, where the other quantizer's amax may be a
+  shard's: it is taken as given (the caller checks it against the whole tensor's) and codes and scales are held
+  under it.
+  """
+  if operand.scaling is not Scaling.ONE_D or not operand.rht:
+    raise ValueError(f"{operand.name}: the order-aware comparison is for 1D RHT'd operands")
+  plain = dataclasses.replace(operand, rht=False, axis=-1)
+  ours, low, high = rht_interval(blocked(tensor, operand))
+  f32 = (low.astype(jnp.float32), high.astype(jnp.float32))
+  least = jnp.where((f32[0] <= 0) & (f32[1] >= 0), 0.0, jnp.minimum(jnp.abs(f32[0]), jnp.abs(f32[1])))
+  most = jnp.maximum(jnp.abs(f32[0]), jnp.abs(f32[1]))
+  strict = encode(ours, plain)
+  theirs_amax = jnp.asarray(amax, jnp.float32).reshape(())
+  if amax_given:
+    amax_ok, used = jnp.asarray(True), theirs_amax
+  else:
+    amax_ok = ((_bits(amax) == _bits(strict.amax)) | ((theirs_amax >= encode(least, plain).amax)
+                                                      & (theirs_amax <= encode(most, plain).amax)))
+    used = jnp.where(amax_ok, theirs_amax, strict.amax)
+  under = encode(ours, plain, amax=used)
+  scales_ok = (scales == under.scales) | ((scales >= encode(least, plain, amax=used).scales)
+                                          & (scales <= encode(most, plain, amax=used).scales))
+  e4m3 = jax.lax.bitcast_convert_type(jnp.where(scales_ok, scales, under.scales), NVFP4.scale_dtype)
+
+  def with_their_scales(v: jax.Array) -> Encoded:
+    return encode(v, plain, amax=used, to_e4m3=lambda blocked_scales: e4m3.reshape(blocked_scales.shape))
+
+  bottom, top = with_their_scales(low), with_their_scales(high)
+  value = e2m1_values(codes)
+  codes_ok = (value >= e2m1_values(bottom.codes)) & (value <= e2m1_values(top.codes))
+  if operand.stochastic:
+    codes_ok |= neighbours(codes, bottom.scaled) | neighbours(codes, top.scaled)
+    differs = ~neighbours(codes, strict.scaled)
+  else:
+    differs = codes != strict.codes
+
+  return OrderAware(codes_ok=codes_ok, scales_ok=scales_ok, amax_ok=amax_ok, codes_differ=differs,
+                    scales_differ=scales != strict.scales,
+                    amax_differs=(_bits(amax) != _bits(strict.amax)) & ~jnp.asarray(amax_given))
+
+
 def audited(tensor: jax.Array, operand: Operand, codes: jax.Array, scales: jax.Array, amax: jax.Array) -> jax.Array:
   """COLUMNS counts of another quantizer's (codes, scales, amax) of `tensor` as `operand`, as the in-training audit
   holds them: codes and scales against ours quantized with THEIR tensor amax, so the check is exact on every device
   whatever amax scope they use (TE takes x's and dY's amax per data shard, where the tensor is global to GSPMD); the
   amax itself is a mismatch when it exceeds ours over the whole tensor (a shard's amax never can) or is not finite
-  where ours is. The self-check, on unsharded tensors, compares the amax bit for bit (`compare`)."""
-  ours = encode(tensor, operand, amax=jnp.asarray(amax, jnp.float32).reshape(()))
-  counts = compare(ours, codes, scales, ours.amax, operand.stochastic)
-  whole = encode(tensor, operand).amax
+  where ours is. The self-check, on unsharded tensors, compares the amax bit for bit (`compare`). An RHT'd operand is
+  held order-aware (`order_aware`): a difference another float32 summation order of the transform explains is no
+  mismatch, and the whole tensor's amax is the largest any order gives."""
   amax = jnp.asarray(amax, jnp.float32).reshape(())
+  if operand.rht and operand.scaling is Scaling.ONE_D:
+    counts = order_aware(tensor, operand, codes, scales, amax, amax_given=True).counts()[:len(COLUMNS)]
+    _, low, high = rht_interval(blocked(tensor, operand))
+    most = jnp.maximum(jnp.abs(low.astype(jnp.float32)), jnp.abs(high.astype(jnp.float32)))
+    whole = encode(most, dataclasses.replace(operand, rht=False, axis=-1)).amax
+  else:
+    ours = encode(tensor, operand, amax=amax)
+    counts = compare(ours, codes, scales, ours.amax, operand.stochastic)
+    whole = encode(tensor, operand).amax
   bad_amax = (amax > whole) | (~jnp.isfinite(amax) & jnp.isfinite(whole))
   return counts.at[2].set(bad_amax.astype(jnp.float32))
 

@@ -80,6 +80,12 @@ def rht(x: jax.Array, axis: int = -1, signs: np.ndarray = RHT_SIGNS) -> jax.Arra
           else _apply_runs(x, matrix, axis).astype(jnp.bfloat16))
 
 
+def rht_sums(x: jax.Array, axis: int = -1, signs: np.ndarray = RHT_SIGNS) -> jax.Array:
+  """The RHT's float32 sums before their bf16 rounding (`rht` rounds these): one summation order of 16 exact
+  products, XLA's dot's on this platform."""
+  return _apply_runs(x, rht_matrix(signs), axis)
+
+
 def inverse_rht(y: jax.Array) -> jax.Array:
   """Undoes `rht` up to its bf16 rounding, in f32: x_run = y_run @ R.T (R is orthogonal)."""
   return _apply_runs(y.astype(jnp.float32), rht_matrix().T)

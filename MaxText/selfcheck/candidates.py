@@ -26,7 +26,7 @@ from MaxText.nvfp4.gemm import MATMUL_DIMS, BlockScaledGemm, GemmRecipe, nvfp4_d
 from MaxText.nvfp4.operands import Operand
 from MaxText.nvfp4.rounding import random_bits, stochastic_e2m1_codes
 
-__all__ = ["FAULTS", "Candidate", "Emulator", "Fault", "Fused", "TransformerEngine"]
+__all__ = ["FAULTS", "VARIANTS", "Candidate", "Emulator", "Fault", "Fused", "OrderVariant", "TransformerEngine"]
 
 
 class Candidate(Protocol):
@@ -128,6 +128,43 @@ class Emulator:
     shift = _SR_SHIFT[self.fault.name]
     bits = jnp.minimum(random_bits(key, encoded.scaled.shape).astype(jnp.int32) + shift, 255).astype(jnp.uint8)
     return stochastic_e2m1_codes(encoded.scaled, bits), encoded.scales, encoded.amax
+
+  def gemms(self, x: jax.Array, w: jax.Array, dy: jax.Array, recipe: GemmRecipe) -> tuple[jax.Array, ...]:
+    return _our_gemms(x, w, dy, recipe, None)
+
+
+#: The benign variants `--with-variant` can run: a correct quantizer that is not ours bit for bit, which the checks
+#: must pass (a check that fails a healthy node is worse than none).
+VARIANTS = {"rht-order": "the RHT's 16 float32 products summed one by one from the last, not in the order of "
+                         "XLA's dot (TE's tensor cores add in an order of their own)"}
+
+
+def _rht_summed_from_the_last(t: jax.Array) -> jax.Array:
+  """The RHT of `t` (runs along its last axis) with each output's 16 exact float32 products added one at a time,
+  from the 16th to the first, then rounded to bf16: another correct summation order than `hadamard.rht`'s."""
+  matrix = hadamard.rht_matrix()
+  runs = t.astype(jnp.float32).reshape(*t.shape[:-1], t.shape[-1] // matrix.shape[0], matrix.shape[0])
+  total = runs[..., -1:] * matrix[-1]
+  for k in range(matrix.shape[0] - 2, -1, -1):
+    total = total + runs[..., k:k + 1] * matrix[k]
+  return total.reshape(t.shape).astype(jnp.bfloat16)
+
+
+@dataclasses.dataclass(frozen=True)
+class OrderVariant:
+  """The emulator with its RHT summed in another float32 order (VARIANTS["rht-order"]): a correct quantizer whose RHT'd
+  operands differ from ours where a block spans a wide range, as TE's on a healthy Blackwell node may."""
+
+  name: str = "emulator with variant rht-order"
+
+  def quantize(self, tensor: jax.Array, operand: Operand, key: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    if not operand.rht:
+      return audit.emulated(tensor, operand, key)
+    plain = dataclasses.replace(operand, rht=False, axis=-1)
+    encoded = audit.encode(_rht_summed_from_the_last(audit.blocked(tensor, operand)), plain)
+    codes = (stochastic_e2m1_codes(encoded.scaled, random_bits(key, encoded.scaled.shape)) if operand.stochastic
+             else encoded.codes)
+    return codes, encoded.scales, encoded.amax
 
   def gemms(self, x: jax.Array, w: jax.Array, dy: jax.Array, recipe: GemmRecipe) -> tuple[jax.Array, ...]:
     return _our_gemms(x, w, dy, recipe, None)

@@ -33,6 +33,7 @@ from MaxText.nvfp4 import audit
 from MaxText.nvfp4.formats import BlockFormat, e2m1_values
 from MaxText.nvfp4.gemm import GemmRecipe
 from MaxText.nvfp4.operands import Operand, gemm_operands
+from MaxText.nvfp4.quantize import Scaling
 from MaxText.selfcheck import tensors
 from MaxText.selfcheck.candidates import Candidate
 
@@ -102,6 +103,9 @@ def _operand_result(operand: Operand, cases: list[dict[str, Any]], draws: int) -
   else:
     parts.append(f"mismatching codes {codes}, scales {scales}, amax {amax}")
     ok = not (codes or scales or amax)
+  if _order_matters(operand):  # the count a node where they are many makes visible
+    values["accepted_order_differences"] = accepted = sum(c["accepted"] for c in cases)
+    parts.append(f"{accepted} order-dependent differences accepted")
   if first:
     parts.append(f"first: {first}")
     values["first"] = first
@@ -128,16 +132,29 @@ def quantization(candidate: Candidate, shapes: Sequence[Shape], recipe: GemmReci
         case = f"{distribution} {shape.of(operand.source)}"
         # Independent draws in every tensor: the operand's z sums their deviations.
         key = jax.random.fold_in(draws_key, (o * len(shapes) + s) * len(tensors.DISTRIBUTIONS) + d)
-        cases.append(_case(operand, ours, lambda k, t=tensor: quantize(t, operand, k), draws, case, key))
+        cases.append(_case(operand, ours, lambda k, t=tensor: quantize(t, operand, k), draws, case, key,
+                           tensor if _order_matters(operand) else None))
     rows.append(_operand_result(operand, cases, draws))
   return rows
 
 
+def _order_matters(operand: Operand) -> bool:
+  """Whether the operand is held order-aware (audit.order_aware): the RHT'd ones, whose bf16 values another float32
+  summation order of the transform can round the other way."""
+  return operand.rht and operand.scaling is Scaling.ONE_D
+
+
+#: The order-aware comparison, compiled once per operand and shape (as `_encode`).
+_order_aware = jax.jit(audit.order_aware, static_argnums=(1, 5))
+
+
 def _case(operand: Operand, ours: audit.Encoded, quantize: Callable[[jax.Array], Any], draws: int, case: str,
-          key: jax.Array) -> dict[str, Any]:
+          key: jax.Array, tensor: jax.Array | None = None) -> dict[str, Any]:
   """Counts of one tensor's mismatches, the first one described, and for SR the summed deviation of the magnitudes
-  from the rule's mean with its variance (their ratio over all of an operand's tensors is its z)."""
-  found = {"codes": 0, "scales": 0, "amax": 0, "case": case, "first": None}
+  from the rule's mean with its variance (their ratio over all of an operand's tensors is its z). With `tensor`
+  (an RHT'd operand's), differences another summation order of the transform explains are accepted and counted
+  apart (`accepted`), and only the rest are mismatches."""
+  found = {"codes": 0, "scales": 0, "amax": 0, "accepted": 0, "case": case, "first": None}
   deviation, variance = 0.0, 0.0
   if operand.stochastic:  # the rule's mean and variance per element, the same for every draw
     mean, var = (np.asarray(a, np.float64) for a in audit.sr_moments(jnp.asarray(ours.scaled)))
@@ -146,14 +163,21 @@ def _case(operand: Operand, ours: audit.Encoded, quantize: Callable[[jax.Array],
     sign = np.where(np.signbit(ours.scaled), -1.0, 1.0)
   for draw in range(draws if operand.stochastic else 1):
     codes, scales, amax = (np.asarray(a) for a in quantize(jax.random.fold_in(key, draw)))
-    bad_scales = scales != ours.scales
+    if tensor is not None:
+      verdict = jax.tree.map(np.asarray, _order_aware(tensor, operand, codes, scales, amax, False))
+      bad_scales, bad_codes = ~verdict.scales_ok, ~verdict.codes_ok
+      found["amax"] += int(~verdict.amax_ok)
+      found["accepted"] += int(np.asarray(verdict.counts())[3:].sum())
+    else:
+      bad_scales = scales != ours.scales
+      found["amax"] += int(np.asarray(amax, np.float32).view(np.uint32) != np.asarray(ours.amax).view(np.uint32))
     found["scales"] += int(bad_scales.sum())
-    found["amax"] += int(np.asarray(amax, np.float32).view(np.uint32) != np.asarray(ours.amax).view(np.uint32))
     if operand.stochastic:
-      bad_codes = ~np.asarray(audit.neighbours(jnp.asarray(codes), jnp.asarray(ours.scaled)))
       deviation += float(np.sum(np.where(finite, sign * (_values(codes) - mean), 0.0)))
       variance += float(np.sum(np.where(finite, var, 0.0)))
-    else:
+      if tensor is None:
+        bad_codes = ~np.asarray(audit.neighbours(jnp.asarray(codes), jnp.asarray(ours.scaled)))
+    elif tensor is None:
       bad_codes = codes != ours.codes
     found["codes"] += int(bad_codes.sum())
     if found["first"] is None:

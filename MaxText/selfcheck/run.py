@@ -21,7 +21,7 @@ from MaxText.preflight import kernels as kernels_lib
 from MaxText.preflight import library
 from MaxText.preflight.classify import Math
 from MaxText.selfcheck import PROG, checks
-from MaxText.selfcheck.candidates import Candidate, Emulator, Fault, Fused, TransformerEngine
+from MaxText.selfcheck.candidates import Candidate, Emulator, Fault, Fused, OrderVariant, TransformerEngine
 
 __all__ = ["BadInput", "compile_only", "on_this_node", "shapes_of"]
 
@@ -98,28 +98,33 @@ def _speed_gemms(candidate: Candidate, recipe: GemmRecipe, te_imports: bool) -> 
   return gemms
 
 
-def _candidate(settings: Any, env: environment.Environment, te_runs: bool, fault: Fault | None) -> Candidate:
-  """What this node checks: a fault goes into the emulator; a run on the fused backend checks the fused backend (its
-  GEMM is TE's where TE runs NVFP4); otherwise TE's quantizers and GEMM where TE runs NVFP4, else the emulator."""
+def _candidate(settings: Any, env: environment.Environment, te_runs: bool, fault: Fault | None,
+               variant: str | None = None) -> Candidate:
+  """What this node checks: a fault goes into the emulator, a benign variant replaces it (candidates.VARIANTS); a run
+  on the fused backend checks the fused backend (its GEMM is TE's where TE runs NVFP4); otherwise TE's quantizers and
+  GEMM where TE runs NVFP4, else the emulator."""
   if fault is not None:
     return Emulator(fault)
+  if variant is not None:
+    return OrderVariant()
   if environment.resolve_backend(settings.backend, env) is Backend.FUSED:
     return Fused(*dense.fused_gemm())  # env is environment.current(), which fused_gemm reads
   return TransformerEngine(settings.recipe) if te_runs else Emulator()
 
 
-def on_this_node(config_path: str, overrides: Sequence[str], fault: Fault | None, draws: int, repeats: int
-                 ) -> tuple[list[checks.Result], list[str]]:
+def on_this_node(config_path: str, overrides: Sequence[str], fault: Fault | None, draws: int, repeats: int,
+                 variant: str | None = None) -> tuple[list[checks.Result], list[str]]:
   """Every check on this node's devices: the fused backend where the run uses it, else TE as the candidate where it
-  runs NVFP4, else the emulator (a fault always goes into the emulator)."""
+  runs NVFP4, else the emulator (a fault always goes into the emulator; a variant, candidates.VARIANTS, replaces
+  it)."""
   config = library.load_config(config_path, overrides, prog=PROG, defaults=_DEFAULTS)  # for this node's devices
   shapes, settings = shapes_of(config)
   recipe = settings.recipe
   env = environment.current()
   reason = environment.te_unavailable_reason(env)
   devices = jax.devices()
-  te_runs = reason is None and fault is None
-  candidate = _candidate(settings, env, te_runs, fault)
+  te_runs = reason is None and fault is None and variant is None
+  candidate = _candidate(settings, env, te_runs, fault, variant)
   facts = [f"{PROG}: {config_path} {' '.join(overrides)}".rstrip(),
            f"  devices: {len(devices)} x {devices[0].device_kind} ({devices[0].platform})",
            f"  candidate: {candidate.name}" + ("" if te_runs else f" (TransformerEngine's NVFP4 not checked here: "

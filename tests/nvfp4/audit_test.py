@@ -66,3 +66,59 @@ def test_a_non_finite_amax_is_flagged_where_ours_is_finite():
   ours = _encode(x, operand)
   counts = _audited(x, operand, ours.codes, ours.scales, jnp.float32(np.nan))
   assert float(counts[2]) == 1.0
+
+
+# The RHT'd operands up to the order of the transform's float32 sums (audit.rht_interval, audit.order_aware).
+_order_aware = jax.jit(audit.order_aware, static_argnums=(1, 5))
+
+
+@pytest.fixture(scope="module")
+def reordered() -> dict:
+  """wgrad_x of the self-check's tiny_blocks tensor (1024 x 512), ours and the benign variant's (its RHT summed from
+  the last product, MaxText.selfcheck.candidates.OrderVariant): the two differ where a 16-token run mixes blocks 1e-8
+  to 1e-5 small with normal ones."""
+  from MaxText.selfcheck import tensors  # pylint: disable=import-outside-toplevel  # this fixture's alone
+  from MaxText.selfcheck.candidates import OrderVariant  # pylint: disable=import-outside-toplevel
+
+  operand = _OPERANDS["wgrad_x"]
+  x = tensors.tensor((1024, 512), "tiny_blocks", 3)
+  theirs = tuple(np.asarray(a) for a in jax.jit(OrderVariant().quantize, static_argnums=1)(x, operand,
+                                                                                           jax.random.key(0)))
+  return {"x": x, "operand": operand, "theirs": theirs, "ours": jax.tree.map(np.asarray, _encode(x, operand))}
+
+
+def test_another_summation_order_differs_bit_for_bit_and_every_difference_is_accepted(reordered):
+  ours, (codes, scales, amax) = reordered["ours"], reordered["theirs"]
+  strict = np.asarray(audit.compare(ours, codes, scales, amax, False))
+  assert strict[0] > 0, strict  # the strict comparison fails a correct RHT
+  counts = np.asarray(_order_aware(reordered["x"], reordered["operand"], codes, scales, amax, False).counts())
+  assert counts[:3].tolist() == [0, 0, 0] and counts[3] == strict[0] and counts[4] == strict[1], counts
+  assert np.asarray(_audited(reordered["x"], reordered["operand"], codes, scales, amax)).tolist() == [0, 0, 0]
+
+
+def test_a_code_outside_every_orders_interval_still_fails(reordered):
+  """One accepted element's code given the other sign, and the RHT with one of its signs flipped: mismatches."""
+  ours, (codes, scales, amax) = reordered["ours"], reordered["theirs"]
+  at = tuple(np.argwhere((codes != ours.codes) & ((codes & 7) >= 2))[0])  # a magnitude of 1.0 or more
+  moved = codes.copy()
+  moved[at] = codes[at] ^ 8  # bit 3: E2M1's sign
+  counts = np.asarray(_order_aware(reordered["x"], reordered["operand"], moved, scales, amax, False).counts())
+  assert counts[0] == 1, counts
+  flipped = audit.encode(reordered["x"], reordered["operand"],
+                         rht_signs=audit.hadamard.RHT_SIGNS * np.where(np.arange(16) == 5, -1, 1))
+  counts = np.asarray(_order_aware(reordered["x"], reordered["operand"], flipped.codes, flipped.scales, flipped.amax,
+                                   False).counts())
+  assert counts[0] > 1000 and counts[1] > 0, counts
+
+
+def test_every_order_gives_the_same_bf16_where_a_runs_sum_is_exact():
+  """A run whose values span less than 2**12 sums exactly in float32 in any order: its interval is ours alone. On
+  the normal tensor none of 512k RHT outputs is left ambiguous beyond the runs that reach below that span."""
+  x = jnp.asarray(np.random.default_rng(0).uniform(1, 2**11, (64, 256)) * np.random.default_rng(1).choice([-1, 1],
+                                                                                                          (64, 256)),
+                  jnp.bfloat16)
+  ours, low, high = jax.jit(audit.rht_interval)(x)
+  assert np.array_equal(np.asarray(low), np.asarray(ours)) and np.array_equal(np.asarray(high), np.asarray(ours))
+  tiny = x.at[:, ::16].multiply(2.0**-20)  # a value 2**20 smaller in every run: the sums may round
+  _, low, high = jax.jit(audit.rht_interval)(tiny)
+  assert np.any(np.asarray(low) != np.asarray(high))

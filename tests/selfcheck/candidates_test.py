@@ -10,7 +10,7 @@ import pytest
 from MaxText.nvfp4 import audit, operands
 from MaxText.nvfp4.gemm import GemmRecipe
 from MaxText.selfcheck import checks, tensors
-from MaxText.selfcheck.candidates import FAULTS, Emulator
+from MaxText.selfcheck.candidates import FAULTS, Emulator, OrderVariant
 
 _SHAPES = [checks.Shape(64, 32, 64, ("mlp/wi_0",))]
 
@@ -66,3 +66,16 @@ def test_the_audit_takes_a_shard_amax_and_flags_one_above_the_whole(name, amax_f
   codes, scales, amax = Emulator(fault).quantize(x, operand, jax.random.key(0))
   assert float(amax) != float(audit.encode(x, operand).amax)  # the fault's amax is not the whole tensor's
   assert audit.audited(x, operand, codes, scales, amax).tolist() == [0.0, 0.0, amax_flagged]
+
+
+def test_a_correct_rht_summed_in_another_order_passes_and_its_differences_are_counted():
+  """The benign variant (--with-variant rht-order) at a shape where tiny_blocks' 16-token runs mix small and normal
+  blocks: every check holds, the RHT'd operands' rows count the order-dependent differences they accepted (> 0 on
+  wgrad_x), and the operands without an RHT are ours bit for bit."""
+  rows = {r.subject: r for r in checks.quantization(OrderVariant(), [checks.Shape(1024, 512, 256, ("mlp/wo",))],
+                                                    GemmRecipe(), draws=4)}
+  assert all(row.ok for row in rows.values()), {s: r.detail for s, r in rows.items() if not r.ok}
+  assert rows["wgrad_x"].values["accepted_order_differences"] > 0, rows["wgrad_x"].detail
+  assert "order-dependent differences accepted" in rows["wgrad_x"].detail
+  assert "accepted_order_differences" in rows["wgrad_dy"].values
+  assert "accepted_order_differences" not in rows["fprop_x"].values

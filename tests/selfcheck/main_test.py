@@ -51,6 +51,22 @@ def test_a_fused_backend_run_checks_the_fused_backend(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_correct_rht_in_another_order_passes_counting_what_it_accepts(tmp_path):
+  """--with-variant rht-order at GEMM shapes where the tiny_blocks tensor's RHT sums round by their order (x of 1024
+  tokens x 512): exit 0, and the wgrad_x row says how many order-dependent differences it accepted (> 0)."""
+  small = {a.split("=")[0] for a in _SMALL if "=" in a}
+  args = [a for a in _SMALL if a.split("=")[0] not in small or a.startswith(("quantization", "per_device"))]
+  proc = subprocess.run([sys.executable, "-m", "MaxText.selfcheck", *args, "base_emb_dim=512", "base_mlp_dim=256",
+                         "max_target_length=1024", *run_cache(), "--with-variant", "rht-order", "--json",
+                         str(tmp_path / "sc.json")], cwd=REPO_ROOT, capture_output=True, text=True, timeout=600,
+                        check=False)
+  assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+  assert "candidate: emulator with variant rht-order" in proc.stdout
+  row = next(r for r in json.loads((tmp_path / "sc.json").read_text())["results"] if r["subject"] == "wgrad_x")
+  assert row["ok"] and row["values"]["accepted_order_differences"] > 0, row
+
+
+@pytest.mark.slow
 def test_a_fault_fails_naming_its_operand():
   proc = _selfcheck("--with-fault", "rht-sign")
   lines = [line for line in proc.stderr.splitlines() if line.startswith("MaxText.selfcheck:")]
