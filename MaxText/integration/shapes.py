@@ -8,13 +8,15 @@ the rules on them (NVFP4's blocks, TransformerEngine's alignments) are computed 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
 from MaxText.precision.gemm_shapes import GemmDims, ModelShape, Sized, nvfp4_gemm_dims
 from MaxText.precision.settings import Settings
 
-__all__ = ["fused_attention_on_te", "gemm_dims", "mesh_sizes", "mlp_widths", "model_shape"]
+__all__ = ["LayoutFacts", "fused_attention_on_te", "gemm_dims", "layout_facts", "mesh_sizes", "mlp_widths",
+           "model_shape"]
 
 #: Mesh axes that split the token (row) dimension of an MLP GEMM's activations: maxtext's rules for
 #: activation_batch and activation_length.
@@ -126,3 +128,41 @@ def fused_attention_on_te(config: Any) -> bool:
   """Whether attention runs as TransformerEngine's cuDNN fused attention (attention=cudnn_flash_te), whose workspace
   cuDNN sizes only on a GPU."""
   return getattr(config, "attention", "") == "cudnn_flash_te"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class LayoutFacts:
+  """What the pre-flight's layout search (`--tune`) reads of a maxtext config: a dense transformer's sizes, the layout
+  the run has (every mesh axis's size, batch, accumulation, remat) and whether maxtext lets it use context
+  parallelism."""
+
+  layers: int
+  emb: int
+  mlp: int
+  heads: int
+  kv_heads: int
+  head_dim: int
+  vocab: int
+  sequence: int
+  mlp_matrices: int  # wi_0, wi_1, wo with a gated activation; 2 without
+  mesh: dict[str, int]
+  per_device_batch: float
+  accumulation: int
+  remat: str
+  context_parallel: bool
+
+
+def layout_facts(config: Any) -> LayoutFacts:
+  """The LayoutFacts of maxtext's validated `config`. Context parallelism: maxtext refuses it with packed sequences
+  of a real dataset unless attention is its load-balanced ring ("Packing is only supported for load balanced ring
+  attention with context parallelism", raised as the attention is traced)."""
+  ring = (str(getattr(config, "context_parallel_strategy", "")) == "ring"
+          and bool(getattr(config, "context_parallel_load_balance", False)))
+  packed = bool(getattr(config, "packing", False)) and getattr(config, "dataset_type", "") != "synthetic"
+  return LayoutFacts(layers=int(config.num_decoder_layers), emb=int(config.emb_dim), mlp=int(config.mlp_dim),
+                     heads=int(config.num_query_heads), kv_heads=int(config.num_kv_heads),
+                     head_dim=int(config.head_dim), vocab=int(config.vocab_size),
+                     sequence=int(config.max_target_length), mlp_matrices=len(config.mlp_activations) + 1,
+                     mesh=mesh_sizes(config), per_device_batch=float(config.per_device_batch_size),
+                     accumulation=int(config.gradient_accumulation_steps), remat=str(config.remat_policy),
+                     context_parallel=ring or not packed)

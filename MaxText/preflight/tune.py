@@ -16,14 +16,16 @@ is a row with the reason. The speedup of the run over a program is best against 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from MaxText.integration import seam
+from MaxText.integration.config import format_config_error, is_config_error
 from MaxText.integration.flops import training_flops
-from MaxText.integration.shapes import mesh_sizes, mlp_widths
+from MaxText.integration.shapes import LayoutFacts, layout_facts, mlp_widths
 from MaxText.preflight import estimate as estimate_lib
 from MaxText.preflight import kernels as kernels_lib
 from MaxText.preflight import layouts, library, predict, programs, report
@@ -136,45 +138,32 @@ def search(reference: Row, others: Sequence[Row], compile_row: Callable[[Row], N
   return found
 
 
-def _facts(config: Any) -> estimate_lib.ModelFacts:
-  return estimate_lib.ModelFacts(
-      layers=int(config.num_decoder_layers), emb=int(config.emb_dim), mlp=int(config.mlp_dim),
-      heads=int(config.num_query_heads), kv_heads=int(config.num_kv_heads), head_dim=int(config.head_dim),
-      vocab=int(config.vocab_size), sequence=int(config.max_target_length),
-      mlp_matrices=len(config.mlp_activations) + 1)
+def _facts(facts: LayoutFacts) -> estimate_lib.ModelFacts:
+  return estimate_lib.ModelFacts(layers=facts.layers, emb=facts.emb, mlp=facts.mlp, heads=facts.heads,
+                                 kv_heads=facts.kv_heads, head_dim=facts.head_dim, vocab=facts.vocab,
+                                 sequence=facts.sequence, mlp_matrices=facts.mlp_matrices)
 
 
-def _context_sizes(config: Any) -> tuple[int, ...]:
-  """Context parallelism sizes worth trying: maxtext refuses it with packed sequences of a real dataset unless
-  attention is its load-balanced ring ("Packing is only supported for load balanced ring attention with context
-  parallelism", raised as the attention is traced)."""
-  ring = (str(getattr(config, "context_parallel_strategy", "")) == "ring"
-          and bool(getattr(config, "context_parallel_load_balance", False)))
-  packed = bool(getattr(config, "packing", False)) and getattr(config, "dataset_type", "") != "synthetic"
-  return layouts.Space.context if ring or not packed else (1,)
-
-
-def _layout_of(config: Any) -> layouts.Layout:
+def _layout_of(facts: LayoutFacts) -> layouts.Layout:
   """The run's own layout as a candidate (every axis's size in `ici`); an axis --tune does not search is refused."""
-  sizes = mesh_sizes(config)
-  others = {axis: size for axis, size in sizes.items() if axis not in layouts.AXES and size > 1}
+  others = {axis: size for axis, size in facts.mesh.items() if axis not in layouts.AXES and size > 1}
   if others:
     raise Refused(f"--tune searches {', '.join(layouts.AXES)} parallelism; the run also sets "
                   f"{', '.join(f'{a}={s}' for a, s in others.items())}")
-  ici = tuple(sizes.get(axis, 1) for axis in layouts.AXES)
-  return layouts.Layout(ici=ici, dcn=(1, 1, 1, 1), per_device_batch=float(config.per_device_batch_size),  # type: ignore[arg-type]
-                        accumulation=int(config.gradient_accumulation_steps), remat=str(config.remat_policy))
+  ici = tuple(facts.mesh.get(axis, 1) for axis in layouts.AXES)
+  return layouts.Layout(ici=ici, dcn=(1, 1, 1, 1), per_device_batch=facts.per_device_batch,  # type: ignore[arg-type]
+                        accumulation=facts.accumulation, remat=facts.remat)
 
 
 def _raise_refused(exc: Exception) -> None:
-  from MaxText.integration.config import format_config_error, is_config_error  # pylint: disable=import-outside-toplevel
-
+  """A config error as a Refused row's reason (maxtext's message in one line); anything else as it is."""
   if is_config_error(exc):
     raise Refused(format_config_error(exc)) from exc
   raise exc
 
 
 def _one_line(e: BaseException) -> str:
+  """An exception as the reason of a row that did not compile."""
   return f"{type(e).__name__}: {' '.join(str(e).split())[:240]}"
 
 
@@ -186,9 +175,7 @@ class Program:
   overrides: tuple[str, ...]
   comparison: programs.Comparison | None = None
 
-  def context(self) -> Any:
-    import contextlib  # pylint: disable=import-outside-toplevel
-
+  def context(self) -> contextlib.AbstractContextManager[None]:
     return self.comparison.context() if self.comparison else contextlib.nullcontext()
 
 
@@ -218,14 +205,15 @@ def tune(config_path: str, overrides: Sequence[str], target_name: str, devices: 
   start = time.perf_counter()
   target = TARGETS[target_name]
   seam.register()
-  base = library.load_config(config_path, overrides, devices)  # a config error here is the run's: one line, exit 2
+  base = layout_facts(library.load_config(config_path, overrides, devices))  # a config error: one line, exit 2
   facts = _facts(base)
   try:
     own = _layout_of(base)
   except Refused as e:
     library.fail(str(e))
   space = space or layouts.Space(devices=devices, domain=target.peaks.domain_gpus(devices),
-                                 global_batch=global_batch, sequence=facts.sequence, context=_context_sizes(base))
+                                 global_batch=global_batch, sequence=facts.sequence,
+                                 context=layouts.Space.context if base.context_parallel else (1,))
   candidates = [c for c in layouts.candidates(space) if c != own]
   searched = [Program(name="run", overrides=tuple(overrides))] + [
       Program(name=name, overrides=tuple(programs.overrides_for(overrides, programs.COMPARISONS[name])),
