@@ -13,8 +13,8 @@ command's table, with each miss explained.
 
 Setups. GPU counts: Llama 3 8B on one compute tray of 4 GPUs (the recipes'; the post gives no count for 8B, an
 assumption), Llama 3.1 405B on 128 GPUs, the count NVIDIA's MaxText NVFP4 post reports. Batch and parallelism are
-not given with the results, so they are the recipes' (assumptions): 8B per_device_batch_size 2 x 8192 tokens, FSDP
-over the 4; 405B the layout `--tune` found for 128 GB300s (FSDP over the 64 GPUs of each NVL72 rack, data
+not given with the results, so they are the recipes' (assumptions): 8B per_device_batch_size 3 x 8192 tokens (tuned
+for 8 B200s), FSDP over the 4; 405B the layout `--tune` found for 128 GB300s (FSDP over the 64 GPUs of each NVL72 rack, data
 parallelism across the two racks, per_device_batch_size 2 x 8192 tokens, remat full), on both GPUs. A collective
 whose GPUs lie in both racks is timed at the scale-out network's bandwidth (MaxText.preflight.predict). Each
 program at its own tuned layout, GB200 included, is `python -m MaxText.preflight ... --tune` (docs/prediction.md).
@@ -82,7 +82,7 @@ class Point:
 
 
 #: What of each setup is assumed (the post gives the 405B's GPU count, 128, and nothing else of either setup).
-_ASSUMED_8B = "GPU count 4 (one tray), per_device_batch_size 2, FSDP over the 4: the recipe's"
+_ASSUMED_8B = "GPU count 4 (one tray), per_device_batch_size 3, FSDP over the 4: the recipe's"
 _ASSUMED_405B = ("per_device_batch_size 2, FSDP over 64 in each rack x data 2 across racks, remat full: the recipe's, "
                  "tuned for 128 GB300s (the GPU count is the post's)")
 

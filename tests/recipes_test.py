@@ -78,7 +78,7 @@ def test_recipe_loads_with_published_settings(loaded, pair, variant):
   assert c["max_target_length"] == "8192"
   # The layout --tune chose: 8B FSDP over the node; 405B FSDP in each of two NVL72 racks, data across them.
   assert (c["ici_data_parallelism"], c["ici_fsdp_parallelism"], c["per_device_batch_size"]) == \
-      {"llama3_8b": ("1", "-1", "2"), "llama3.1_405b": ("2", "64", "2")}[pair], c
+      {"llama3_8b": ("1", "-1", "3"), "llama3.1_405b": ("2", "64", "2")}[pair], c
   assert (c["dataset_type"], c["dataset_name"], c["eval_dataset_name"]) == ("tfds", "c4/en:3.0.1", "c4/en:3.0.1")
   assert c["tokenizer_type"] == "tiktoken" and c["vocab_size"] == "128256"
   assert c["num_decoder_layers"] == {"llama3_8b": "32", "llama3.1_405b": "126"}[pair]
