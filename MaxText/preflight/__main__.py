@@ -68,7 +68,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
   parser.add_argument("--global-batch", type=int, metavar="SEQUENCES",
                       help="with --tune: hold the global batch at this many sequences; gradient accumulation varies "
                            "(default: the per-device batch varies, compared per token)")
-  parser.add_argument("--tune-compiles", type=int, default=6, metavar="N",
+  parser.add_argument("--tune-compiles", type=int, metavar="N",
                       help="with --tune: at most N compiles per program beside its reference (default 6)")
   args = parser.parse_intermixed_args(argv)  # key=value overrides may come after the options
   if args.target not in TARGETS:
@@ -80,11 +80,11 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
   args.predict = args.predict or args.predict_against is not None
   if args.devices < 1:
     cli.fail(PROG, f"--devices {args.devices}: give the number of GPUs the run uses (1 or more)")
-  if (args.global_batch is not None or "--tune-compiles" in " ".join(argv)) and not args.tune:
+  if (args.global_batch is not None or args.tune_compiles is not None) and not args.tune:
     cli.fail(PROG, "--global-batch and --tune-compiles go with --tune")
   if args.global_batch is not None and args.global_batch < 1:
     cli.fail(PROG, f"--global-batch {args.global_batch}: give the sequences per optimizer step (1 or more)")
-  if args.tune_compiles < 1:
+  if args.tune_compiles is not None and args.tune_compiles < 1:
     cli.fail(PROG, f"--tune-compiles {args.tune_compiles}: give the compiles per program (1 or more)")
   bad = [o for o in args.overrides if "=" not in o]
   if bad:
@@ -162,8 +162,8 @@ def _tune(args: argparse.Namespace, fraction: float) -> int:
   """--tune: the search's table and JSON (MaxText.preflight.tune); exit 2 when no layout of the run fits."""
   from MaxText.preflight import library, tune  # pylint: disable=import-outside-toplevel  # maxtext: as in main
   tuned = tune.tune(args.config, args.overrides, args.target, args.devices, fraction=fraction,
-                             against=args.against if args.predict_against is not None else (),
-                             global_batch=args.global_batch, budget=args.tune_compiles)
+                    against=args.against if args.predict_against is not None else (), global_batch=args.global_batch,
+                    budget=args.tune_compiles or tune.BUDGET)
   lines, payload = tuned.lines, tuned.payload
   print("\n".join(lines))
   if args.json:

@@ -207,7 +207,7 @@ def _row_major(sizes: Sequence[int], grouped: Sequence[int]) -> tuple[int, ...]:
 def group_members(rest: str, devices: int) -> tuple[int, ...]:
   """The device ids (0 .. devices-1, the program's device order) of a collective's first replica group: which GPUs
   one collective joins, so the prediction can tell a group inside one NVLink domain from one that spans domains
-  (MaxText.preflight.targets.Peaks.crosses). The three forms XLA writes: `mesh['data'=2,'fsdp'=4] {'fsdp'}` (device
+  (MaxText.preflight.targets.Peaks.crosses_domains). The three forms XLA writes: `mesh['data'=2,'fsdp'=4] {'fsdp'}` (device
   ids row-major over the mesh), `[G,S]<=[dims]T(perm)` (an iota reshaped to dims, transposed by perm, read as G rows
   of S) and `{{0,1,..},..}` (listed); every device for `{}` or none."""
   mesh = patterns.mesh_groups.search(rest)
@@ -215,7 +215,7 @@ def group_members(rest: str, devices: int) -> tuple[int, ...]:
     axes = re.findall(r"'(\w+)'=(\d+)", mesh.group(1))
     grouped = set(re.findall(r"'(\w+)'", mesh.group(2)))
     return _row_major([int(n) for _, n in axes], [i for i, (name, _) in enumerate(axes) if name in grouped])
-  iota = re.search(r"replica_groups=\[(\d+),(\d+)\]<=\[([0-9,]*)\](?:T\(([0-9,]*)\))?", rest)
+  iota = patterns.iota_members.search(rest)
   if iota:
     size, dims = int(iota.group(2)), _ints(iota.group(3))
     perm = _ints(iota.group(4)) if iota.group(4) else list(range(len(dims)))

@@ -46,6 +46,7 @@ class _Patterns:  # pylint: disable=too-few-public-methods  # a namespace of com
   cublas_dims = re.compile(r'"(lhs|rhs)_(contracting|batch)_dimensions":\[([^\]]*)\]')  # in the backend config
   mesh_groups = re.compile(r"replica_groups=mesh\[([^\]]*)\]\s*\{([^}]*)\}")  # mesh axes, the axes grouped
   iota_groups = re.compile(r"replica_groups=\[(\d+),(\d+)\]")  # groups, group size
+  iota_members = re.compile(r"replica_groups=\[(\d+),(\d+)\]<=\[([0-9,]*)\](?:T\(([0-9,]*)\))?")  # ..., dims, perm
   listed_groups = re.compile(r"replica_groups=\{\{([^}]*)\}")  # the first group's devices
   operand = re.compile(r"%([\w.\-]+)")
 

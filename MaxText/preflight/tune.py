@@ -31,13 +31,15 @@ from MaxText.preflight import kernels as kernels_lib
 from MaxText.preflight import layouts, library, predict, programs, report
 from MaxText.preflight.targets import TARGETS, Target
 
-__all__ = ["MEMORY_SLACK", "TOLERANCE", "Compiled", "Refused", "Row", "Search", "Tuned", "search", "tune"]
+__all__ = ["BUDGET", "MEMORY_SLACK", "TOLERANCE", "Compiled", "Refused", "Row", "Search", "Tuned", "search", "tune"]
 
 #: A candidate estimated to need up to this much more than jax may use still compiles: the estimate of temporaries
 #: is the roughest of its rules.
 MEMORY_SLACK = 0.10
 #: A candidate is compiled while its estimated seconds per token are within this share of the best compiled one's.
 TOLERANCE = 0.10
+#: Compiles per program beside its reference, unless --tune-compiles says otherwise.
+BUDGET = 6
 #: The approximation every tuned prediction carries, printed and in the JSON.
 APPROXIMATION = ("each layout compiles as one process over all GPUs, every mesh axis the product of its ici_ and dcn_ "
                  "parts, devices laid out domain after domain as jax's hybrid mesh lays them (the across-domain part "
@@ -189,7 +191,7 @@ class Tuned:
 
 
 def tune(config_path: str, overrides: Sequence[str], target_name: str, devices: int, *, fraction: float,
-         against: Sequence[str], global_batch: int | None = None, budget: int = 6, space: layouts.Space | None = None,
+         against: Sequence[str], global_batch: int | None = None, budget: int = BUDGET, space: layouts.Space | None = None,
          exhaustive: bool = False, log: Callable[[str], None] = print) -> Tuned:
   """Searches the run's layouts and each comparison's (names of programs.COMPARISONS).
 

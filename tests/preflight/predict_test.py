@@ -137,7 +137,12 @@ def test_predict_against_names_known_programs_once_and_refuses_the_rest():
 
 @pytest.mark.parametrize("args", [["--target", "a100", "--devices", "1"],
                                   ["--target", "b200", "--devices", "1", "--predict-against", "fp4"],
-                                  ["--target", "b200", "--devices", "0"]], ids=["target", "comparison", "devices"])
+                                  ["--target", "b200", "--devices", "0"],
+                                  ["--target", "b200", "--devices", "8", "--global-batch", "64"],
+                                  ["--target", "b200", "--devices", "8", "--tune", "--global-batch", "0"],
+                                  ["--target", "b200", "--devices", "8", "--tune", "--tune-compiles", "0"]],
+                         ids=["target", "comparison", "devices", "global_batch_without_tune", "global_batch_0",
+                              "no_compiles"])
 def test_the_command_line_refuses_its_arguments_before_importing_maxtext_or_jax(args):
   """A mistyped --target, --predict-against or --devices is said in a fraction of a second, not after the 6 s that
   maxtext, jax and TransformerEngine take to import (MaxText.preflight.comparisons). The messages themselves are
