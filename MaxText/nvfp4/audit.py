@@ -149,8 +149,8 @@ def rht_interval(t: jax.Array, signs: np.ndarray = hadamard.RHT_SIGNS) -> tuple[
   ours = hadamard.rht(t, -1, signs)
   sums = hadamard.rht_sums(t, -1, signs)
   magnitude = jnp.sum(jnp.abs(_runs(t.astype(jnp.float32))), axis=-1, keepdims=True) * np.float32(0.25)
-  exponent = (jax.lax.bitcast_convert_type(t.astype(jnp.bfloat16), jnp.uint16) >> 7) & 0xFF
-  nonzero = (jax.lax.bitcast_convert_type(t.astype(jnp.bfloat16), jnp.uint16) & 0x7FFF) != 0
+  bits = jax.lax.bitcast_convert_type(t.astype(jnp.bfloat16), jnp.uint16)
+  exponent, nonzero = (bits >> 7) & 0xFF, (bits & 0x7FFF) != 0
   smallest = jnp.min(_runs(jnp.where(nonzero, jnp.maximum(exponent, 1), 255).astype(jnp.int32)), axis=-1,
                      keepdims=True)  # a product's ulp is 2**(smallest - 136): bf16's 2**(e - 134), times 1/4
   exact = jnp.frexp(magnitude)[1] <= smallest - 112  # M < 2**24 * 2**(smallest - 136)
@@ -177,6 +177,7 @@ class OrderAware:
   codes_differ: jax.Array
   scales_differ: jax.Array
   amax_differs: jax.Array
+  greatest_amax: jax.Array  # the tensor amax with every RHT output at its greatest magnitude: the most any order gives
 
   def counts(self) -> jax.Array:
     """ORDER_COLUMNS, float32."""
@@ -212,12 +213,13 @@ def order_aware(tensor: jax.Array, operand: Operand, codes: jax.Array, scales: j
   least = jnp.where((f32[0] <= 0) & (f32[1] >= 0), 0.0, jnp.minimum(jnp.abs(f32[0]), jnp.abs(f32[1])))
   most = jnp.maximum(jnp.abs(f32[0]), jnp.abs(f32[1]))
   strict = encode(ours, plain)
+  greatest = encode(most, plain).amax
   theirs_amax = jnp.asarray(amax, jnp.float32).reshape(())
   if amax_given:
     amax_ok, used = jnp.asarray(True), theirs_amax
   else:
     amax_ok = ((_bits(amax) == _bits(strict.amax)) | ((theirs_amax >= encode(least, plain).amax)
-                                                      & (theirs_amax <= encode(most, plain).amax)))
+                                                      & (theirs_amax <= greatest)))
     used = jnp.where(amax_ok, theirs_amax, strict.amax)
   under = encode(ours, plain, amax=used)
   scales_ok = (scales == under.scales) | ((scales >= encode(least, plain, amax=used).scales)
@@ -238,7 +240,8 @@ def order_aware(tensor: jax.Array, operand: Operand, codes: jax.Array, scales: j
 
   return OrderAware(codes_ok=codes_ok, scales_ok=scales_ok, amax_ok=amax_ok, codes_differ=differs,
                     scales_differ=scales != strict.scales,
-                    amax_differs=(_bits(amax) != _bits(strict.amax)) & ~jnp.asarray(amax_given))
+                    amax_differs=(_bits(amax) != _bits(strict.amax)) & ~jnp.asarray(amax_given),
+                    greatest_amax=greatest)
 
 
 def audited(tensor: jax.Array, operand: Operand, codes: jax.Array, scales: jax.Array, amax: jax.Array) -> jax.Array:
@@ -251,10 +254,8 @@ def audited(tensor: jax.Array, operand: Operand, codes: jax.Array, scales: jax.A
   mismatch, and the whole tensor's amax is the largest any order gives."""
   amax = jnp.asarray(amax, jnp.float32).reshape(())
   if operand.rht and operand.scaling is Scaling.ONE_D:
-    counts = order_aware(tensor, operand, codes, scales, amax, amax_given=True).counts()[:len(COLUMNS)]
-    _, low, high = rht_interval(blocked(tensor, operand))
-    most = jnp.maximum(jnp.abs(low.astype(jnp.float32)), jnp.abs(high.astype(jnp.float32)))
-    whole = encode(most, dataclasses.replace(operand, rht=False, axis=-1)).amax
+    verdict = order_aware(tensor, operand, codes, scales, amax, amax_given=True)
+    counts, whole = verdict.counts()[:len(COLUMNS)], verdict.greatest_amax
   else:
     ours = encode(tensor, operand, amax=amax)
     counts = compare(ours, codes, scales, ours.amax, operand.stochastic)

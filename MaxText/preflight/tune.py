@@ -141,9 +141,8 @@ def search(reference: Row, others: Sequence[Row], compile_row: Callable[[Row], N
 
 
 def _facts(facts: LayoutFacts) -> estimate_lib.ModelFacts:
-  return estimate_lib.ModelFacts(layers=facts.layers, emb=facts.emb, mlp=facts.mlp, heads=facts.heads,
-                                 kv_heads=facts.kv_heads, head_dim=facts.head_dim, vocab=facts.vocab,
-                                 sequence=facts.sequence, mlp_matrices=facts.mlp_matrices)
+  """The model's sizes of the config's facts: every field ModelFacts has, by name."""
+  return estimate_lib.ModelFacts(**{f.name: getattr(facts, f.name) for f in dataclasses.fields(estimate_lib.ModelFacts)})
 
 
 def _layout_of(facts: LayoutFacts) -> layouts.Layout:
