@@ -26,42 +26,81 @@ def rht_matrix(signs: np.ndarray = RHT_SIGNS) -> np.ndarray:
   return (np.asarray(signs, np.float32)[:, None] * h16) / np.float32(4.0)
 
 
-def _apply_runs(x: jax.Array, matrix: np.ndarray, axis: int = -1, out_dtype: jnp.dtype = jnp.float32) -> jax.Array:
-  """Every 16-element run along `axis` times `matrix` (entries +-0.25), accumulated in f32, written as `out_dtype`.
-
-  bf16 input multiplies a bf16 copy of the matrix (exact: +-0.25) with f32 accumulation, as TE's bf16 tensor
-  core MMA does and about 2x cheaper on CPU than an f32 product; other input is widened and multiplied in f32
-  at full precision. The products are exact either way, only the f32 sums round.
-
-  Runs along an inner axis are transformed in place, never transposing x (the GEMM's wgrad operands x^T and
-  dY^T are rotated along M, axis 0 of x and dY): x becomes (B, 16, Q) and each of the B runs-of-rows is
-  multiplied by matrix^T from the left, a batched dot_general. That form, unlike an einsum contracting the
-  middle axis, keeps XLA:CPU on its fast dot path (2048x2048 bf16: 8 ms vs 82 ms) and runs outside jit too.
-  It sums in the same order as the last-axis form for bf16 input (tested bit for bit on f32 sums that round; other
-  implementations, TE's MMA or NumPy's BLAS, may differ in the last bit where a sum rounds: docs/numerics.md);
-  XLA:CPU's f32 HIGHEST batched dot does not, so f32 input (not a TE case: its RHT kernel takes bf16) is moved
-  to the last axis and back.
-  """
-  axis %= x.ndim
-  bf16 = x.dtype == jnp.bfloat16
-  if not bf16 and axis != x.ndim - 1:
-    return jnp.moveaxis(_apply_runs(jnp.moveaxis(x, axis, -1), matrix), -1, axis)
-  kwargs = {} if bf16 else {"precision": jax.lax.Precision.HIGHEST}
-  m = jnp.asarray(matrix, jnp.bfloat16 if bf16 else jnp.float32)
-  x = x if bf16 else x.astype(jnp.float32)
-  if axis == x.ndim - 1:
-    runs = x.reshape(*x.shape[:-1], x.shape[-1] // BLOCK_SIZE, BLOCK_SIZE)
-    y = jnp.einsum("...i,ij->...j", runs, m, preferred_element_type=out_dtype, **kwargs)
-    return y.reshape(x.shape)
-  runs = x.reshape(-1, BLOCK_SIZE, int(np.prod(x.shape[axis + 1:])))  # (B, 16, Q)
-  # (B, j, i); anchored to x (formats.anchored): a broadcast of a constant would be made outside a scanned layer loop
-  left = jnp.broadcast_to(formats.anchored(np.asarray(matrix.T, m.dtype), x), (runs.shape[0], BLOCK_SIZE, BLOCK_SIZE))
-  y = jax.lax.dot_general(left, runs, (((2,), (1,)), ((0,), (0,))), preferred_element_type=out_dtype, **kwargs)
+def _apply_runs(x: jax.Array, matrix: np.ndarray) -> jax.Array:
+  """Every 16-element run along the last axis times `matrix`, in float32 at full precision (`inverse_rht`'s
+  dequantization: an approximation of x whatever order the dot sums in)."""
+  runs = x.astype(jnp.float32).reshape(*x.shape[:-1], x.shape[-1] // BLOCK_SIZE, BLOCK_SIZE)
+  y = jnp.einsum("...i,ij->...j", runs, jnp.asarray(matrix, jnp.float32), precision=jax.lax.Precision.HIGHEST)
   return y.reshape(x.shape)
 
 
+def _two_sum(a: jax.Array, b: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """(s, e) with s = fl(a + b) and s + e = a + b exactly (Knuth's TwoSum: six additions, no branch, no
+  multiplication for a compiler to contract into an FMA)."""
+  s = a + b
+  b_part = s - a
+  return s, (a - (s - b_part)) + (b - b_part)
+
+
+def rht_sums(x: jax.Array, axis: int = -1, signs: np.ndarray = RHT_SIGNS) -> jax.Array:
+  """The RHT's float32 sums before their bf16 rounding: each output's 16 exact products (x times +-1/4) summed and
+  rounded to float32 once, f32(exact sum), in no platform's order (docs/numerics.md#random-hadamard-transform).
+
+  Why not a dot: the f32 sum of 16 products rounds when a run's values span more than about 2**12, and its bf16
+  rounding then depends on the order of the additions, which XLA:CPU's dot, XLA:GPU's and TE's tensor cores each
+  choose; our operands would depend on the platform. Here the emulator fixes the value: a fast Walsh-Hadamard
+  transform (four butterfly stages of sums and differences, the Sylvester H16 being H2 x H2 x H2 x H2) in
+  double-float32: each stage's sums carry their exact rounding errors (`_two_sum`) in a second float32, so every
+  intermediate is exact while it fits 48 bits, and the last renormalization rounds the exact sum to float32 once.
+  That holds whenever a run's largest nonzero magnitude is less than 2**35 times its smallest (the errors, multiples
+  of the smallest term's ulp, then add exactly) and its smallest is at least 2**-117 (the errors stay normal floats,
+  which XLA:CPU does not flush to zero); tested against rational arithmetic in hadamard_test.py. Beyond that
+  the value is still this fixed sequence of float32 operations, the same on every platform, and within the bound
+  every order keeps (MaxText.nvfp4.audit.ORDER_BOUND). Where every order's sum is exact (the common case) it is
+  their common value, what a dot gives. A run with an infinity or a NaN (or a sum past float32's range) takes the
+  plain float32 butterflies' value: +-inf or NaN as any order of the sum gives.
+
+  Runs along an inner axis are transformed in place, never transposing x (the wgrad operands x^T and dY^T are
+  rotated along M, axis 0 of x and dY): x is seen as (P, 16, Q), and the butterflies combine its 16 slices
+  elementwise, one fusion on every backend (about 4x an XLA:CPU dot's time: scripts/bench_quantize.py).
+  """
+  axis %= x.ndim
+  p = int(np.prod(x.shape[:axis], dtype=np.int64)) * (x.shape[axis] // BLOCK_SIZE)
+  # formats.widen: the bf16 values themselves, where a cast would let XLA:GPU hand over a float32 producer's unrounded
+  # values (docs/numerics.md#on-a-gpu); TE's RHT kernel reads the bf16 tensor.
+  runs = formats.widen(x).reshape(p, BLOCK_SIZE, int(np.prod(x.shape[axis + 1:], dtype=np.int64)))
+  # x_i s_i / 4 is exact (a power-of-two scale; float32 reaches bf16's smallest subnormal / 4), so R's scale and
+  # signs are applied before the sums and H16's +-1 entries are the butterflies' sums and differences.
+  # The constants are anchored to x (formats.anchored): a scalar broadcast against the operand would otherwise be made
+  # once per constant outside a scanned layer loop, operand-sized.
+  scale = formats.anchored(np.asarray(signs, np.float32) / np.float32(4), x)
+  zero = formats.anchored(np.float32(0), x)
+  hi = [runs[:, i] * scale[i] for i in range(BLOCK_SIZE)]
+  lo: list[jax.Array] | None = None
+  plain = hi
+  half = BLOCK_SIZE // 2
+  while half >= 1:
+    new_hi, new_lo, new_plain = list(hi), list(hi), list(plain)
+    for start in range(0, BLOCK_SIZE, 2 * half):
+      for i in range(start, start + half):
+        j = i + half
+        total, total_err = _two_sum(hi[i], hi[j])
+        diff, diff_err = _two_sum(hi[i], -hi[j])
+        if lo is not None:
+          total_err, diff_err = (lo[i] + lo[j]) + total_err, (lo[i] - lo[j]) + diff_err
+        new_hi[i], new_lo[i] = _two_sum(total, total_err)
+        new_hi[j], new_lo[j] = _two_sum(diff, diff_err)
+        new_plain[i], new_plain[j] = plain[i] + plain[j], plain[i] - plain[j]
+    hi, lo, plain = new_hi, new_lo, new_plain
+    half //= 2
+  # An exact-zero sum is +0, as in TE's MMA, whose accumulator starts at +0 (+0 + -0 = +0): the butterflies give -0
+  # for -0 + -0, so zeros are written as +0 (a select: XLA may fold away an `h + 0`).
+  sums = [jnp.where(jnp.isfinite(h), jnp.where(h == 0, zero, h), f) for h, f in zip(hi, plain)]
+  return jnp.stack(sums, axis=1).reshape(x.shape)
+
+
 def rht(x: jax.Array, axis: int = -1, signs: np.ndarray = RHT_SIGNS) -> jax.Array:
-  """Forward RHT along `axis`, as TE's wgrad operands see it: f32 accumulation, bf16 result.
+  """Forward RHT along `axis`, as TE's wgrad operands see it: bf16(f32(exact sum)) of each output (`rht_sums`).
 
   Args:
     x: float array whose `axis` is a multiple of 16 (checked by the caller).
@@ -69,21 +108,9 @@ def rht(x: jax.Array, axis: int = -1, signs: np.ndarray = RHT_SIGNS) -> jax.Arra
     signs: the sign vector (TE's; another one only to model a faulty transform, MaxText.selfcheck).
 
   Returns:
-    bfloat16 array of x's shape (round-to-nearest-even of the f32 result).
+    bfloat16 array of x's shape (round-to-nearest-even of the float32 sums; an exact-zero sum is +0, as in TE).
   """
-  matrix = rht_matrix(signs)
-  # bf16 input (TE's case): the dot writes bf16 itself, rounding its f32 sums once (a GPU GEMM's epilogue), so no f32
-  # copy of the operand is written out and read back. Other input: the f32 sums, rounded to bf16 afterwards.
-  # An exact-zero sum is +0, as in TE's MMA (its accumulator starts at +0, and +0 + -0 = +0), whatever the signs of
-  # the zero terms: a dot's accumulation starts at +0 too, on every backend, so no pass of its own restores the sign.
-  return (_apply_runs(x, matrix, axis, jnp.bfloat16) if x.dtype == jnp.bfloat16
-          else _apply_runs(x, matrix, axis).astype(jnp.bfloat16))
-
-
-def rht_sums(x: jax.Array, axis: int = -1, signs: np.ndarray = RHT_SIGNS) -> jax.Array:
-  """The RHT's float32 sums before their bf16 rounding (`rht` rounds these): one summation order of 16 exact
-  products, XLA's dot's on this platform."""
-  return _apply_runs(x, rht_matrix(signs), axis)
+  return rht_sums(x, axis, signs).astype(jnp.bfloat16)
 
 
 def inverse_rht(y: jax.Array) -> jax.Array:

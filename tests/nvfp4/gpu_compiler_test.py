@@ -4,11 +4,13 @@
 On a GPU, XLA (1) removes a narrowing cast followed by the widening one (xla_allow_excess_precision, on by default),
 so `x.astype(e4m3).astype(f32)` rounds nothing, and (2) divides with a fast division that can be an ulp off. XLA:CPU
 does neither, so every other test here passes on CPU whatever the code relies on; on an H200 the quantizer's bit-exact
-tests failed by the dozen (2026-11-27) until the rounding and the divisions were made explicit.
+tests failed by the dozen until the rounding and the divisions were made explicit. (3) Every platform's dot sums in
+its own order, and a float32 sum of terms spanning a wide range rounds differently in each.
 
-This file runs each function through a jaxpr interpreter that takes both liberties on the CPU: it drops every
-narrowing-then-widening cast pair (also across reshapes, broadcasts and transposes, and into nested jits), and moves
-every float division's result one ulp up or down (by element parity). The outputs must equal the same op-by-op run
+This file runs each function through a jaxpr interpreter that takes these liberties on the CPU: it drops every
+narrowing-then-widening cast pair (also across reshapes, broadcasts and transposes, and into nested jits), moves
+every float division's result one ulp up or down (by element parity), and, for the quantized operands (which are
+exact, where GEMM outputs are not), sums every dot in the reverse order. The outputs must equal the same op-by-op run
 without them, bit for bit.
 """
 
@@ -23,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from MaxText.nvfp4 import audit, formats, stats
+from MaxText.nvfp4 import audit, formats, hadamard, stats
 from MaxText.nvfp4.gemm import MATMUL_DIMS, GemmRecipe, nvfp4_dot_general, scaled_matmul_gemm
 from MaxText.nvfp4.grouped import grouped_matmul
 from MaxText.nvfp4.operands import gemm_operands
@@ -56,9 +58,17 @@ def _off_by_an_ulp(q: jax.Array) -> jax.Array:
   return jnp.where(jnp.isfinite(q) & (q != 0), moved, q)
 
 
-def _eval(jaxpr: Any, consts: list[Any], args: list[tuple[Any, Any]], gpu: bool) -> list[tuple[Any, Any]]:
+def _reversed_contraction(values: list[Any], params: dict[str, Any]) -> list[Any]:
+  """dot_general's operands with their contracting axes reversed: the same product, summed in the reverse order."""
+  (lhs_axes, rhs_axes), _ = params["dimension_numbers"]
+  return [jax.lax.rev(values[0], tuple(lhs_axes)), jax.lax.rev(values[1], tuple(rhs_axes)), *values[2:]]
+
+
+def _eval(jaxpr: Any, consts: list[Any], args: list[tuple[Any, Any]], gpu: bool,
+          reorder_dots: bool = False) -> list[tuple[Any, Any]]:
   """Evaluates `jaxpr` op by op on (value, wide original or None) pairs; with `gpu`, taking the GPU compiler's
-  liberties and its branch of lax.platform_dependent. Returns the outputs as pairs."""
+  liberties and its branch of lax.platform_dependent, and with `reorder_dots` summing every dot in reverse. Returns
+  the outputs as pairs."""
   env: dict[Any, tuple[Any, Any]] = {}
 
   def read(v: Any) -> tuple[Any, Any]:
@@ -76,7 +86,7 @@ def _eval(jaxpr: Any, consts: list[Any], args: list[tuple[Any, Any]], gpu: bool)
     if name in ("pjit", "jit", "closed_call", "core_call", "remat", "checkpoint", "custom_jvp_call", "custom_vjp_call"):
       sub = params.get("jaxpr", params.get("call_jaxpr"))
       sub_jaxpr, sub_consts = (sub.jaxpr, sub.consts) if hasattr(sub, "consts") else (sub, [])
-      out = _eval(sub_jaxpr, sub_consts, pairs[:len(sub_jaxpr.invars)], gpu)
+      out = _eval(sub_jaxpr, sub_consts, pairs[:len(sub_jaxpr.invars)], gpu, reorder_dots)
       for var, pair in zip(eqn.outvars, out):
         env[var] = pair
       continue
@@ -88,10 +98,12 @@ def _eval(jaxpr: Any, consts: list[Any], args: list[tuple[Any, Any]], gpu: bool)
       continue
     if name == "cond":
       branch = params["branches"][int(values[0])]
-      out = _eval(branch.jaxpr, branch.consts, pairs[1:], gpu)
+      out = _eval(branch.jaxpr, branch.consts, pairs[1:], gpu, reorder_dots)
       for var, pair in zip(eqn.outvars, out):
         env[var] = pair
       continue
+    if reorder_dots and name == "dot_general":
+      values = _reversed_contraction(values, params)
     outs = eqn.primitive.bind(*values, **params)
     outs = list(outs) if eqn.primitive.multiple_results else [outs]
     if gpu and name == "convert_element_type":
@@ -109,15 +121,15 @@ def _eval(jaxpr: Any, consts: list[Any], args: list[tuple[Any, Any]], gpu: bool)
   return [read(v) for v in jaxpr.outvars]
 
 
-def op_by_op(f: Callable[..., Any], gpu: bool = True) -> Callable[..., Any]:
+def op_by_op(f: Callable[..., Any], gpu: bool = True, reorder_dots: bool = False) -> Callable[..., Any]:
   """f evaluated one op at a time on the CPU; with `gpu`, as XLA's GPU compiler may: cast pairs dropped, divisions
-  an ulp off. Both sides of a comparison run op by op, so that the CPU's own fusion choices (a dot's summation
-  order inside a jit) do not count as a difference."""
+  an ulp off; with `reorder_dots`, every dot summed in reverse. Both sides of a comparison run op by op, so that the
+  CPU's own fusion choices do not count as a difference."""
 
   def run(*args: Any) -> Any:
     closed, shape = jax.make_jaxpr(f, return_shape=True)(*args)
     flat = jax.tree.leaves(args)
-    out = _eval(closed.jaxpr, closed.consts, [(jnp.asarray(a), None) for a in flat], gpu)
+    out = _eval(closed.jaxpr, closed.consts, [(jnp.asarray(a), None) for a in flat], gpu, reorder_dots)
     return jax.tree.unflatten(jax.tree.structure(shape), [o[0] for o in out])
 
   return run
@@ -125,6 +137,12 @@ def op_by_op(f: Callable[..., Any], gpu: bool = True) -> Callable[..., Any]:
 
 def gpu_like(f: Callable[..., Any]) -> Callable[..., Any]:
   return op_by_op(f, gpu=True)
+
+
+def gpu_like_reordered(f: Callable[..., Any]) -> Callable[..., Any]:
+  """gpu_like with the third liberty: every dot summed in another order (for quantized operands, which must not
+  depend on it)."""
+  return op_by_op(f, gpu=True, reorder_dots=True)
 
 
 def cpu(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -158,6 +176,30 @@ def test_the_interpreter_takes_both_liberties():
   np.testing.assert_array_equal(gpu_like(formats.divide)(jnp.float32(1.0), jnp.float32(3.0)), np.float32(1 / 3))
 
 
+def _wide_runs(seed: int, shape: tuple[int, ...]) -> jax.Array:
+  """bf16 values where half are 1e-8..1e-5 beside values near 1 (the self-check's tiny_blocks): 16-element runs whose
+  f32 sums round, each order to its own bf16 value on some outputs."""
+  rng = np.random.default_rng(seed)
+  tiny = np.where(rng.uniform(size=shape) < 0.5, 10.0 ** rng.uniform(-8, -5, shape), 1.0)
+  return jnp.asarray(rng.standard_normal(shape) * tiny, jnp.bfloat16)
+
+
+def test_the_interpreter_reorders_a_dots_sum():
+  """The third liberty bites: an RHT written as a dot (what ours was) over wide runs gives other bf16 outputs summed
+  in reverse; ours (hadamard.rht) does not."""
+  x = _wide_runs(0, (64, 128))
+  matrix = jnp.asarray(hadamard.rht_matrix(), jnp.bfloat16)
+
+  def as_a_dot(x):
+    runs = x.reshape(4, 16, 128)
+    return jnp.einsum("bij,bjq->biq", jnp.broadcast_to(matrix.T, (4, 16, 16)), runs,
+                      preferred_element_type=jnp.float32).astype(jnp.bfloat16)
+
+  differ = np.asarray(gpu_like_reordered(as_a_dot)(x)).view(np.uint16) != np.asarray(cpu(as_a_dot)(x)).view(np.uint16)
+  assert differ.any()
+  _assert_same(gpu_like_reordered(lambda x: hadamard.rht(x, 0))(x), cpu(lambda x: hadamard.rht(x, 0))(x))
+
+
 @pytest.mark.parametrize("scaling,rht", [("1d", False), ("2d", False), ("1d", True)])
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float32])
 def test_quantize_is_the_same_under_the_gpu_compiler(scaling, rht, dtype):
@@ -169,7 +211,20 @@ def test_quantize_is_the_same_under_the_gpu_compiler(scaling, rht, dtype):
     t = quantize(x32.astype(dtype), scaling, rht=rht)
     return t.data, t.scale, t.amax
 
-  _assert_same(gpu_like(f)(x), cpu(f)(x))
+  _assert_same(gpu_like_reordered(f)(x), cpu(f)(x))
+
+
+@pytest.mark.parametrize("axis", [0, 1])
+def test_rht_operands_of_wide_runs_are_the_same(axis):
+  """The RHT'd operand of runs whose f32 sums round (nearest rounding, along M as in wgrad, and along the last axis):
+  codes, scales and amax do not depend on any dot's summation order."""
+  x = _wide_runs(7, (128, 64))
+
+  def f(x):
+    q = quantize_codes(x, "1d", rht=True, axis=axis)
+    return q.codes.astype(jnp.float32), q.scales, q.amax
+
+  _assert_same(gpu_like_reordered(f)(x), cpu(f)(x))
 
 
 def test_block_scaled_operands_with_stochastic_rounding_are_the_same():
@@ -180,7 +235,7 @@ def test_block_scaled_operands_with_stochastic_rounding_are_the_same():
     return quantize_block_scaled(x32.astype(jnp.bfloat16), "1d", rht=True, stochastic_rounding=True, key=key,
                                  axis=0)
 
-  _assert_same(gpu_like(f)(x, key), cpu(f)(x, key))
+  _assert_same(gpu_like_reordered(f)(x, key), cpu(f)(x, key))
 
 
 def _gemm_operands() -> dict[str, jax.Array]:
@@ -244,7 +299,7 @@ def test_the_fused_backends_codes_and_scales_are_the_same():
     tiles = quantize_codes(w32.astype(jnp.bfloat16), "2d")
     return [(q.codes.astype(jnp.float32), q.scales, q.amax) for q in (x_k, dy_t, tiles)]
 
-  _assert_same(gpu_like(f)(x, w, key), cpu(f)(x, w, key))
+  _assert_same(gpu_like_reordered(f)(x, w, key), cpu(f)(x, w, key))
 
 
 def test_the_fused_gemm_forward_and_backward_are_the_same():
@@ -288,4 +343,4 @@ def test_the_statistics_and_the_audit_are_the_same():
       out.append(audit.audited(tensor, operand, codes, scales, amax))
     return out
 
-  _assert_same(gpu_like(f)(ops["x"], ops["w"], ops["dy"]), cpu(f)(ops["x"], ops["w"], ops["dy"]))
+  _assert_same(gpu_like_reordered(f)(ops["x"], ops["w"], ops["dy"]), cpu(f)(ops["x"], ops["w"], ops["dy"]))
