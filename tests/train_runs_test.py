@@ -6,7 +6,9 @@ One module-scoped set of tiny runs (subprocesses, ~3 minutes in all) serves ever
   nvfp4     te_nvfp4, attention bf16, scan_layers=true, checkpoints every 10 steps; resumed from step 10 by a test
   no_rht    te_nvfp4_no_rht, attention fp8, scan_layers=false
   remat     te_nvfp4, scan_layers=false, remat_policy=minimal_with_context_and_quantization
-  fused     te_nvfp4 on the fused backend (nvfp4_backend=fused), otherwise the nvfp4 run
+  attention te_nvfp4 with the attention projections in NVFP4 too (nvfp4_attention_precision=nvfp4), otherwise the
+            nvfp4 run
+  fused     the attention run on the fused backend (nvfp4_backend=fused)
 """
 
 import json
@@ -31,9 +33,11 @@ _RUNS = {
               f"checkpoint_period={RESUME_FROM}", "async_checkpointing=false"],
     "no_rht": ["quantization=te_nvfp4_no_rht", "nvfp4_attention_precision=fp8", "scan_layers=false"],
     "remat": ["quantization=te_nvfp4", "scan_layers=false", "remat_policy=minimal_with_context_and_quantization"],
-    # The fused backend: the nvfp4 run's settings (its checkpoints change no loss), codes and scales multiplied by
-    # jax.nn.scaled_matmul (a dequantize + f32 dot on CPU).
-    "fused": ["quantization=te_nvfp4", "nvfp4_backend=fused"],
+    # Every dense GEMM in NVFP4, attention projections included (the opt-in).
+    "attention": ["quantization=te_nvfp4", "nvfp4_backend=emulated", "nvfp4_attention_precision=nvfp4"],
+    # The fused backend: the attention run's settings, codes and scales multiplied by jax.nn.scaled_matmul (a
+    # dequantize + f32 dot on CPU).
+    "fused": ["quantization=te_nvfp4", "nvfp4_backend=fused", "nvfp4_attention_precision=nvfp4"],
 }
 
 pytestmark = pytest.mark.slow
@@ -60,7 +64,7 @@ def _plan(run_dir: pathlib.Path) -> dict[str, str]:
   return {g["module"].split("/")[-1]: g["precision"] for g in plan["gemms"]}
 
 
-@pytest.mark.parametrize("name", ["nvfp4", "no_rht", "remat"])
+@pytest.mark.parametrize("name", ["nvfp4", "no_rht", "remat", "attention"])
 def test_loss_falls_and_tracks_fp8(runs, name):
   losses = read_losses(runs[name] / "metrics.jsonl")
   fp8 = read_losses(runs["fp8"] / "metrics.jsonl")
@@ -74,7 +78,7 @@ def test_the_fused_backend_trains_the_emulated_backends_losses(runs):
   """The bound between the backends on CPU: 0. Both quantize with the same code, and XLA:CPU's dequantize + dot
   behind jax.nn.scaled_matmul accumulates the same exact f32 products in the same order as the emulated dot
   (measured: every loss of 20 steps equal). On a GPU the GEMMs' accumulation order may differ."""
-  assert read_losses(runs["fused"] / "metrics.jsonl") == read_losses(runs["nvfp4"] / "metrics.jsonl")
+  assert read_losses(runs["fused"] / "metrics.jsonl") == read_losses(runs["attention"] / "metrics.jsonl")
   plan = json.loads((runs["fused"] / "precision_plan.json").read_text())
   implementations = {g["implementation"] for g in plan["gemms"] if g["precision"] == "nvfp4"}
   assert plan["backend"] == "fused" and implementations == {
@@ -84,6 +88,15 @@ def test_the_fused_backend_trains_the_emulated_backends_losses(runs):
 def test_same_initial_weights_as_fp8(runs):
   """fp8 and te_nvfp4 both hold a quant object per DenseGeneral, so init is identical: step-0 losses agree."""
   assert abs(read_losses(runs["nvfp4"] / "metrics.jsonl")[0] - read_losses(runs["fp8"] / "metrics.jsonl")[0]) < 0.02
+
+
+def test_attention_projections_in_nvfp4_train_otherwise(runs):
+  """nvfp4_attention_precision=nvfp4: the plan's attention projections are NVFP4 (the table says the BF16 layers
+  steer them too), and the losses are not the bf16-attention run's."""
+  assert set(_plan(runs["attention"]).values()) == {"nvfp4"}, _plan(runs["attention"])
+  assert "MLP and attention GEMMs per decoder layer: 0-1: nvfp4" in (runs["attention"] / "stdout.txt").read_text()
+  attention, mlp_only = (read_losses(runs[n] / "metrics.jsonl") for n in ("attention", "nvfp4"))
+  assert attention[0] != mlp_only[0] and attention[-1] != mlp_only[-1], (attention, mlp_only)
 
 
 @pytest.mark.parametrize("name,attention", [("nvfp4", "bf16"), ("no_rht", "fp8"), ("remat", "bf16")])

@@ -75,9 +75,10 @@ def _check_periodic(config: Any, settings: Settings, tap: Tap) -> None:
   if not settings.nvfp4:
     raise ValueError(f"{key}={interval} with quantization={settings.quantization!r}: it measures NVFP4 GEMMs ({what}); use "
                      f"quantization=te_nvfp4 or te_nvfp4_no_rht, or {key}=0.")
-  if settings.mlp is not Precision.NVFP4:
-    raise ValueError(f"{key}={interval} with nvfp4_mlp_precision=bf16: no GEMM is NVFP4, so there is nothing to "
-                     f"measure; set {key}=0 for the BF16 baseline.")
+  if not settings.nvfp4_gemms:
+    raise ValueError(f"{key}={interval} with nvfp4_mlp_precision=bf16 and nvfp4_attention_precision="
+                     f"{settings.attention.value}: no GEMM is NVFP4, so there is nothing to measure; set {key}=0 for "
+                     "the baseline.")
   if int(getattr(config, "gradient_accumulation_steps", 1) or 1) > 1:
     raise ValueError(f"{key}={interval} with gradient_accumulation_steps={config.gradient_accumulation_steps}: "
                      f"maxtext's accumulation loop does not hand the measurement back; set "
@@ -106,7 +107,7 @@ def _check_bf16_layers_and_steps(config: Any, settings: Settings) -> None:
   if len(set(named)) != len(named):
     repeated = sorted({i for i in named if named.count(i) > 1})
     raise ValueError(f"nvfp4_bf16_layers={named} names layer {repeated[0]} more than once; name each layer once.")
-  if switches.per_layer and settings.mlp is Precision.NVFP4 and switches.bf16_layer_count() == layers:
+  if switches.per_layer and settings.nvfp4_gemms and switches.bf16_layer_count() == layers:
     raise ValueError(f"quantization={mode} with nvfp4_bf16_first_layers={first}, nvfp4_bf16_last_layers={last} "
                      f"and nvfp4_bf16_layers={named} = all {layers} decoder layers puts no GEMM in NVFP4; "
                      "steer fewer layers, or set nvfp4_mlp_precision=bf16 for an all-BF16 baseline.")

@@ -19,7 +19,7 @@ from MaxText.backends.dense import implementation_name
 from MaxText.integration import artifacts
 from MaxText.integration.quant import Nvfp4Quantization
 from MaxText.precision import switches
-from MaxText.precision.policy import Precision
+from MaxText.precision.policy import GemmClass, Precision, classify
 
 PLAN_FILE = artifacts.PLAN_FILE
 _reported: set[tuple[str, str]] = set()  # plans already written/printed in this process (maxtext builds models repeatedly)
@@ -88,11 +88,24 @@ def collect(model: Any) -> tuple[Nvfp4Quantization | None, list[PlanEntry]]:
 def check(quant: Nvfp4Quantization, entries: list[PlanEntry]) -> None:
   """Raises PlanError where the plan leaves NVFP4 unused although the config asked for it.
 
-  Asked for: the MLP precision is nvfp4 (the recipe). Then (a) at least one GEMM must be NVFP4, and (b) no
-  routed-expert stack may run unquantized unless the quant object says experts were opted out (MoE experts are
-  MLPs; training them in BF16 without being told is exactly the silent fallback this plan exists to prevent).
-  With nvfp4_mlp_precision=bf16 (the baseline) an all-BF16 plan is what was asked for.
+  Asked for: the MLP precision is nvfp4 (the recipe), or the attention precision is (the opt-in). Then (a) at
+  least one GEMM must be NVFP4, (b) no routed-expert stack may run unquantized unless the quant object says experts
+  were opted out (MoE experts are MLPs; training them in BF16 without being told is exactly the silent fallback this
+  plan exists to prevent), and (c) with nvfp4_attention_precision=nvfp4 at least one attention projection must be
+  NVFP4: a model whose attention maxtext builds without a DenseGeneral of the attention axes that takes the quant
+  object would otherwise keep its attention in BF16 unsaid. With nvfp4_mlp_precision=bf16 and attention in BF16 or
+  FP8 (the baselines) a plan without NVFP4 is what was asked for.
   """
+  if not quant.settings.nvfp4_gemms:
+    return
+  if quant.policy.attention is Precision.NVFP4 and not any(
+      e.precision == "nvfp4" and classify(e.kernel_axes) is GemmClass.ATTENTION for e in entries):
+    attention = [e.module for e in entries if classify(e.kernel_axes) is GemmClass.ATTENTION]
+    raise PlanError("nvfp4_attention_precision=nvfp4 built no attention projection in NVFP4: "
+                    + (f"{', '.join(attention)} stay BF16" if attention else
+                       "this model's attention has no DenseGeneral with attention axes that takes the quant object, "
+                       "so its projections stay BF16")
+                    + ". Use nvfp4_attention_precision=bf16 (or fp8) for this model.")
   if quant.policy.mlp is not Precision.NVFP4:
     return
   experts_opted_out = quant.settings.experts_opted_out
@@ -146,5 +159,5 @@ def report(model: Any, output_dir: str, flops: dict[str, float] | None = None) -
   counts = {p: sum(e.precision == p for e in entries) for p in ("nvfp4", "fp8", "bf16")}
   print(f"NVFP4 precision plan ({quant.backend.value} backend; {counts['nvfp4']} nvfp4, {counts['fp8']} fp8, "
         f"{counts['bf16']} bf16 GEMM modules; written to {path}):\n{format_table(entries)}\n"
-        f"{switches.summary(quant.settings.switches, mlp)}", flush=True)
+        f"{switches.summary(quant.settings.switches, mlp, quant.policy.attention.value)}", flush=True)
   return entries

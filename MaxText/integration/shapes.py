@@ -12,7 +12,8 @@ import dataclasses
 import math
 from typing import Any
 
-from MaxText.precision.gemm_shapes import GemmDims, ModelShape, Sized, nvfp4_gemm_dims
+from MaxText.precision.gemm_shapes import AttentionShape, GemmDims, ModelShape, Sized, nvfp4_gemm_dims
+from MaxText.precision.modes import plain
 from MaxText.precision.settings import Settings
 
 __all__ = ["LayoutFacts", "fused_attention_on_te", "gemm_dims", "layout_facts", "mesh_sizes", "mlp_widths",
@@ -24,6 +25,8 @@ _BATCH_AXES = ("data", "fsdp", "fsdp_transpose", "expert")
 _LENGTH_AXES = ("context", "context_usp_ulysses")
 #: Mesh axes that split the mlp dimension (activation_mlp).
 _MLP_AXES = ("tensor", "tensor_sequence")
+#: The mesh axes maxtext 0.2.5's logical rules shard attention heads over (heads, q_heads, kv_heads).
+_HEAD_AXES = ("tensor", "tensor_sequence", "autoregressive")
 
 
 def _resolve(parallelism: list[int], mesh_axes: list[str], num_devices: int) -> dict[str, int]:
@@ -90,11 +93,25 @@ def model_shape(config: Any) -> ModelShape:
       num_activations=len(config.mlp_activations), fused=bool(getattr(config, "fused_mlp", False)),
       tokens={phase: _tokens(config, phase) for phase in phases},
       row_shards=_shards(sizes, _BATCH_AXES + _LENGTH_AXES), mlp_shards=_shards(sizes, _MLP_AXES),
-      embed_shards=_shards(sizes, _activation_embed_axes(config)))
+      embed_shards=_shards(sizes, _activation_embed_axes(config)), attention=_attention_shape(config, sizes))
+
+
+def _attention_shape(config: Any, sizes: dict[str, int]) -> AttentionShape | None:
+  """The attention projections' widths as maxtext's config derives them (heads x head_dim); None for MLA
+  (attention_type=mla), whose low-rank projections have other widths: their NVFP4 GEMMs check their own dims when the
+  step is traced."""
+  if plain(getattr(config, "attention_type", "")) == "mla":
+    return None
+  heads, kv_heads, head_dim = int(config.num_query_heads), int(config.num_kv_heads), int(config.head_dim)
+  return AttentionShape(
+      query=Sized(heads * head_dim, f"num_query_heads={heads} x head_dim={head_dim}"),
+      kv=Sized(kv_heads * head_dim, f"num_kv_heads={kv_heads} x head_dim={head_dim}"),
+      fused_qkv=bool(getattr(config, "fused_qkv", False)), heads_shards=_shards(sizes, _HEAD_AXES))
 
 
 def gemm_dims(config: Any, settings: Settings) -> list[GemmDims]:
-  """The NVFP4 MLP GEMMs of `config` (nvfp4_gemm_dims of its model_shape)."""
+  """The NVFP4 GEMMs of `config` (nvfp4_gemm_dims of its model_shape): the MLP's, and the attention projections'
+  under nvfp4_attention_precision=nvfp4."""
   return nvfp4_gemm_dims(model_shape(config), settings)
 
 

@@ -49,20 +49,21 @@ def rht_sums(x: jax.Array, axis: int = -1, signs: np.ndarray = RHT_SIGNS) -> jax
   Why not a dot: the f32 sum of 16 products rounds when a run's values span more than about 2**12, and its bf16
   rounding then depends on the order of the additions, which XLA:CPU's dot, XLA:GPU's and TE's tensor cores each
   choose; our operands would depend on the platform. Here the emulator fixes the value: a fast Walsh-Hadamard
-  transform (four butterfly stages of sums and differences, the Sylvester H16 being H2 x H2 x H2 x H2) in
-  double-float32: each stage's sums carry their exact rounding errors (`_two_sum`) in a second float32, so every
-  intermediate is exact while it fits 48 bits, and the last renormalization rounds the exact sum to float32 once.
-  That holds whenever a run's largest nonzero magnitude is less than 2**35 times its smallest (the errors, multiples
-  of the smallest term's ulp, then add exactly) and its smallest is at least 2**-117 (the errors stay normal floats,
-  which XLA:CPU does not flush to zero); tested against rational arithmetic in hadamard_test.py. Beyond that
-  the value is still this fixed sequence of float32 operations, the same on every platform, and within the bound
-  every order keeps (MaxText.nvfp4.audit.ORDER_BOUND). Where every order's sum is exact (the common case) it is
-  their common value, what a dot gives. A run with an infinity or a NaN (or a sum past float32's range) takes the
-  plain float32 butterflies' value: +-inf or NaN as any order of the sum gives.
+  transform (four butterfly stages of sums and differences, the Sylvester H16 being H2 x H2 x H2 x H2) whose every
+  addition also yields its exact rounding error (`_two_sum`). The transform is linear, so the errors, carried through
+  the later stages in a second float32, add up to exactly what the plain butterflies lost: the exact sum is
+  hi + lo, and one last addition rounds it to float32 once. lo is exact whenever a run's largest nonzero magnitude
+  is less than 2**33 times its smallest (its terms are multiples of the smallest product's ulp, below 2**24 of them)
+  and its smallest is at least 2**-117 (the errors stay normal floats, which XLA:CPU does not flush to zero); tested
+  against rational arithmetic in hadamard_test.py. Beyond that the value is still this fixed sequence of float32
+  operations, the same on every platform, and within the bound every order keeps (audit.ORDER_BOUND). Where every
+  order's sum is exact (the common case) it is their common value, what a dot gives. A run with an infinity or a
+  NaN (or a sum past float32's range) keeps the plain butterflies' +-inf or NaN, as any order of the sum gives.
 
   Runs along an inner axis are transformed in place, never transposing x (the wgrad operands x^T and dY^T are
   rotated along M, axis 0 of x and dY): x is seen as (P, 16, Q), and the butterflies combine its 16 slices
-  elementwise, one fusion on every backend (about 4x an XLA:CPU dot's time: scripts/bench_quantize.py).
+  elementwise, one fusion on every backend: about 30 float32 operations an element, where a dot ran on the tensor
+  cores (its cost on CPU and in the fused backend's prediction: docs/numerics.md#random-hadamard-transform).
   """
   axis %= x.ndim
   p = int(np.prod(x.shape[:axis], dtype=np.int64)) * (x.shape[axis] // BLOCK_SIZE)
@@ -77,25 +78,21 @@ def rht_sums(x: jax.Array, axis: int = -1, signs: np.ndarray = RHT_SIGNS) -> jax
   zero = formats.anchored(np.float32(0), x)
   hi = [runs[:, i] * scale[i] for i in range(BLOCK_SIZE)]
   lo: list[jax.Array] | None = None
-  plain = hi
   half = BLOCK_SIZE // 2
   while half >= 1:
-    new_hi, new_lo, new_plain = list(hi), list(hi), list(plain)
+    new_hi, new_lo = list(hi), list(hi)
     for start in range(0, BLOCK_SIZE, 2 * half):
       for i in range(start, start + half):
         j = i + half
-        total, total_err = _two_sum(hi[i], hi[j])
-        diff, diff_err = _two_sum(hi[i], -hi[j])
+        new_hi[i], new_lo[i] = _two_sum(hi[i], hi[j])
+        new_hi[j], new_lo[j] = _two_sum(hi[i], -hi[j])
         if lo is not None:
-          total_err, diff_err = (lo[i] + lo[j]) + total_err, (lo[i] - lo[j]) + diff_err
-        new_hi[i], new_lo[i] = _two_sum(total, total_err)
-        new_hi[j], new_lo[j] = _two_sum(diff, diff_err)
-        new_plain[i], new_plain[j] = plain[i] + plain[j], plain[i] - plain[j]
-    hi, lo, plain = new_hi, new_lo, new_plain
+          new_lo[i], new_lo[j] = (lo[i] + lo[j]) + new_lo[i], (lo[i] - lo[j]) + new_lo[j]
+    hi, lo = new_hi, new_lo
     half //= 2
-  # An exact-zero sum is +0, as in TE's MMA, whose accumulator starts at +0 (+0 + -0 = +0): the butterflies give -0
-  # for -0 + -0, so zeros are written as +0 (a select: XLA may fold away an `h + 0`).
-  sums = [jnp.where(jnp.isfinite(h), jnp.where(h == 0, zero, h), f) for h, f in zip(hi, plain)]
+  # An exact-zero sum is +0, as in TE's MMA, whose accumulator starts at +0 (+0 + -0 = +0): -0 + -0 gives -0, so
+  # zeros are written as +0 (a select: XLA may fold away an `h + 0`).
+  sums = [jnp.where(jnp.isfinite(h), jnp.where(h + e == 0, zero, h + e), h) for h, e in zip(hi, lo)]
   return jnp.stack(sums, axis=1).reshape(x.shape)
 
 

@@ -9,6 +9,10 @@ validator refuses such a run in one line that names the keys.
 For y = x W with x: M x K and W: K x N, per dense MLP GEMM:
   wi_0 / wi_1 (or the fused wi): K = emb_dim, N = mlp_dim (fused: len(mlp_activations) x mlp_dim)
   wo:                            K = mlp_dim, N = emb_dim
+and per attention projection, where they run in NVFP4 (nvfp4_attention_precision=nvfp4):
+  query:                         K = emb_dim, N = num_query_heads x head_dim
+  key / value:                   K = emb_dim, N = num_kv_heads x head_dim (fused qkv: N = both plus the query's)
+  out:                           K = num_query_heads x head_dim, N = emb_dim
   M = the tokens of one forward pass (one microbatch; one pipeline microbatch under pipeline parallelism).
 Two views of each:
   global: what the emulated backend's GEMM sees (it runs under jit on global arrays; GSPMD shards it).
@@ -26,7 +30,8 @@ from MaxText.nvfp4.formats import next_multiple
 from MaxText.precision.policy import Precision
 from MaxText.precision.settings import Settings
 
-__all__ = ["Check", "GemmDims", "ModelShape", "Sized", "block_errors", "misaligned", "nvfp4_gemm_dims"]
+__all__ = ["AttentionShape", "Check", "GemmDims", "ModelShape", "Sized", "block_errors", "misaligned",
+           "nvfp4_gemm_dims"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,6 +40,17 @@ class Sized:
 
   size: int
   keys: str
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class AttentionShape:
+  """The attention projections' widths: the query's heads x head_dim, the key's and value's (each), whether maxtext
+  fuses the three into one qkv GEMM, and how many devices split the heads (tensor parallelism)."""
+
+  query: Sized
+  kv: Sized
+  fused_qkv: bool
+  heads_shards: Sized
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -56,6 +72,7 @@ class ModelShape:
   row_shards: Sized
   mlp_shards: Sized
   embed_shards: Sized
+  attention: AttentionShape | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,10 +109,41 @@ def _split(dim: Sized, shards: Sized) -> tuple[int, str]:
 
 
 def nvfp4_gemm_dims(shape: ModelShape, settings: Settings) -> list[GemmDims]:
-  """The dense MLP GEMMs that run in NVFP4 for a model of `shape` (empty when the MLP runs in BF16), train and (when
-  the run evaluates) eval."""
-  if settings.mlp is not Precision.NVFP4:
-    return []
+  """The dense GEMMs that run in NVFP4 for a model of `shape`: the MLP's (unless it runs in BF16) and the attention
+  projections' (under nvfp4_attention_precision=nvfp4), train and (when the run evaluates) eval."""
+  dims = _mlp_dims(shape) if settings.mlp is Precision.NVFP4 else []
+  if settings.attention is Precision.NVFP4 and shape.attention is not None:
+    dims += _attention_dims(shape, shape.attention)
+  return dims
+
+
+def _attention_dims(shape: ModelShape, attention: AttentionShape) -> list[GemmDims]:
+  """The attention projections' GEMMs: x (tokens, emb) into the heads, and the heads back out to emb."""
+  emb = shape.emb.size
+  act_emb, act_emb_keys = _split(shape.emb, shape.embed_shards)
+  query, query_keys = _split(attention.query, attention.heads_shards)
+  kv, kv_keys = _split(attention.kv, attention.heads_shards)
+  if attention.fused_qkv:
+    qkv = Sized(attention.query.size + 2 * attention.kv.size, f"{attention.query.keys} + 2 x {attention.kv.keys}")
+    projections = [("self_attention/qkv_proj", qkv.size, query + 2 * kv, qkv.keys)]
+  else:
+    projections = [("self_attention/query", attention.query.size, query, query_keys),
+                   ("self_attention/key", attention.kv.size, kv, kv_keys),
+                   ("self_attention/value", attention.kv.size, kv, kv_keys)]
+  dims = []
+  for phase, tokens in shape.tokens.items():
+    m, m_keys = _split(tokens, shape.row_shards)
+    for module, n_global, n, n_keys in projections:
+      dims.append(GemmDims(module, phase, m, emb, n, tokens.size, emb, n_global, m_keys, shape.emb.keys, n_keys,
+                           x_cols=act_emb, dy_cols=n, x_cols_keys=act_emb_keys, dy_cols_keys=n_keys))
+    dims.append(GemmDims("self_attention/out", phase, m, query, emb, tokens.size, attention.query.size, emb, m_keys,
+                         query_keys, shape.emb.keys, x_cols=query, dy_cols=act_emb, x_cols_keys=query_keys,
+                         dy_cols_keys=act_emb_keys))
+  return dims
+
+
+def _mlp_dims(shape: ModelShape) -> list[GemmDims]:
+  """The dense MLP GEMMs: gate/up (or the fused wi) and wo."""
   emb = shape.emb.size
   mlp_per_shard, mlp_keys = _split(shape.mlp, shape.mlp_shards)
   if shape.fused:
@@ -148,5 +196,10 @@ def block_errors(dims: list[GemmDims], block: int, mode: str) -> list[str]:
 
   return [f"quantization={mode}: the {d.phase} GEMM {d.module} has {axis} = {size} from {keys}, not a "
           f"multiple of {block} (NVFP4 quantizes in blocks of {block} along every GEMM axis); make it a "
-          f"multiple of {block} (e.g. {next_multiple(size, block)}), or set nvfp4_mlp_precision=bf16"
+          f"multiple of {block} (e.g. {next_multiple(size, block)}), or set {precision_key(d)}=bf16"
           for d, (axis, size, keys, _) in misaligned(dims, checks)]
+
+
+def precision_key(d: GemmDims) -> str:
+  """The key that takes GEMM `d` out of NVFP4: the attention projections' or the MLP's precision."""
+  return "nvfp4_attention_precision" if d.module.startswith("self_attention/") else "nvfp4_mlp_precision"

@@ -31,7 +31,8 @@ class _DeclaredKeys(pydantic.BaseModel):
   )
   nvfp4_attention_precision: AttentionPrecision = Field(
       AttentionPrecision.BF16,
-      description="Precision of the attention projections under an NVFP4 mode: 'bf16' or 'fp8' (never FP4).",
+      description="Precision of the attention projections under an NVFP4 mode: 'bf16' (the recipe), 'fp8', or"
+      " 'nvfp4' (the MLP's NVFP4 recipe on query, key, value and out; the attention core stays unquantized).",
   )
   nvfp4_mlp_precision: MlpPrecision = Field(
       MlpPrecision.NVFP4,

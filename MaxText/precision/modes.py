@@ -43,16 +43,20 @@ class Backend(str, enum.Enum):
 
 
 class AttentionPrecision(str, enum.Enum):
-  """Precision of the attention projections (QKV, out) when an NVFP4 mode is on.
+  """Precision of the attention projections (query, key, value or the fused qkv, and out) when an NVFP4 mode is on.
 
-  NVIDIA's NVFP4 recipe keeps attention out of FP4; these are the two non-FP4 choices.
+  NVIDIA's NVFP4 recipe keeps attention out of FP4 (BF16, the default); the attention core (QK^T, softmax, AV) is
+  never quantized by the plugin.
   BF16: attention GEMMs in the model's compute dtype, unquantized.
   FP8: attention GEMMs in FP8: maxtext's own fp8 where TE is not used, TE FP8 current scaling with the TE
     backend.
+  NVFP4: the recipe's NVFP4 GEMMs, as the MLP's (1x16 activations, 16x16 weights, RHT and stochastic rounding in
+    the backward, the BF16 layers and late switches): an opt-in, as upstream maxtext's te_nvfp4 quantizes every GEMM.
   """
 
   BF16 = "bf16"
   FP8 = "fp8"
+  NVFP4 = "nvfp4"
 
 
 class MlpPrecision(str, enum.Enum):

@@ -1,10 +1,11 @@
 # Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
 """The precision policy: which GEMM runs in which precision, decided from the kernel's logical axes.
 
-NVIDIA's recipe puts only the MLP (feed-forward) GEMMs in NVFP4; attention projections stay BF16 (or FP8),
-and everything else (embeddings, logits, norms, the attention core) is not a DenseGeneral GEMM that gets a
-quant object at all. The rules are an ordered tuple, first match wins, so a kernel carrying both attention
-and MLP axes (qwen3-hybrid's out projection: ("mlp", "embed_attn")) is attention. No maxtext import here.
+NVIDIA's recipe puts only the MLP (feed-forward) GEMMs in NVFP4; attention projections stay BF16 (or FP8, or
+NVFP4 when the user opts in), and everything else (embeddings, logits, norms, the attention core) is not a
+DenseGeneral GEMM that gets a quant object at all. The rules are an ordered tuple, first match wins, so a kernel
+carrying both attention and MLP axes (qwen3-hybrid's out projection: ("mlp", "embed_attn")) is attention. No maxtext
+import here.
 """
 
 import dataclasses
@@ -64,9 +65,15 @@ class PrecisionPolicy:
   def __post_init__(self):
     if self.mlp not in (Precision.NVFP4, Precision.BF16):
       raise ValueError(f"PrecisionPolicy: mlp={self.mlp.value!r}; the MLP GEMMs run in 'nvfp4' or 'bf16'.")
-    if self.attention not in (Precision.BF16, Precision.FP8):
-      raise ValueError(f"PrecisionPolicy: attention={self.attention.value!r}; attention runs in 'bf16' or 'fp8', "
-                       "never FP4 (NVIDIA's recipe).")
+    if self.attention not in (Precision.BF16, Precision.FP8, Precision.NVFP4):
+      raise ValueError(f"PrecisionPolicy: attention={self.attention.value!r}; attention runs in 'bf16', 'fp8' or "
+                       "'nvfp4'.")
+
+  @property
+  def nvfp4_classes(self) -> tuple[GemmClass, ...]:
+    """The GEMM classes that run in NVFP4 (empty for an all-BF16 baseline)."""
+    return tuple(c for c, p in ((GemmClass.MLP, self.mlp), (GemmClass.ATTENTION, self.attention))
+                 if p is Precision.NVFP4)
 
   def precision_for(self, kernel_axes: tuple[str | None, ...]) -> Precision:
     gemm_class = classify(kernel_axes)

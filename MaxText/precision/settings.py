@@ -64,6 +64,13 @@ class Settings:
     return PrecisionPolicy(mlp=self.mlp, attention=self.attention, recipe=self.recipe)
 
   @property
+  def nvfp4_gemms(self) -> bool:
+    """Whether any dense GEMM class is asked to run in NVFP4 (the MLP's, the attention projections' or both): a
+    run without one is an all-BF16 (or FP8-attention) baseline, where keys that measure or steer NVFP4 GEMMs have
+    nothing to act on."""
+    return bool(self.policy.nvfp4_classes)
+
+  @property
   def experts(self) -> Precision:
     """Routed experts are MLPs: NVFP4 when the MLP GEMMs are and nvfp4_moe_experts=nvfp4, else BF16."""
     return Precision.NVFP4 if self.mlp is Precision.NVFP4 and self.moe_experts is Precision.NVFP4 else Precision.BF16

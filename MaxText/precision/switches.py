@@ -57,18 +57,28 @@ def layer_precisions(switches: Switches, mlp_precision: str) -> list[str]:
   return ["bf16" if switches.bf16_layer(i) else "nvfp4" for i in range(switches.num_layers)]
 
 
-def summary(switches: Switches, mlp_precision: str) -> str:
-  """One line for the printed plan: layer ranges and their MLP precision, then the switch steps."""
+def _ranges(precisions: list[str]) -> str:
+  """'0-3: nvfp4, 4: bf16': runs of equal precision over the decoder layers."""
   runs: list[tuple[int, int, str]] = []
-  for i, p in enumerate(layer_precisions(switches, mlp_precision)):
+  for i, p in enumerate(precisions):
     if runs and runs[-1][2] == p:
       runs[-1] = (runs[-1][0], i, p)
     else:
       runs.append((i, i, p))
-  layers = ", ".join(f"{a}{'' if a == b else f'-{b}'}: {p}" for a, b, p in runs)
+  return ", ".join(f"{a}{'' if a == b else f'-{b}'}: {p}" for a, b, p in runs)
+
+
+def summary(switches: Switches, mlp_precision: str, attention_precision: str = "bf16") -> str:
+  """One line for the printed plan: layer ranges and their NVFP4 GEMMs' precision (the MLP's, and the attention
+  projections' where they are NVFP4 too: the BF16 layers steer both), then the switch steps."""
+  what, precision = "MLP GEMMs", mlp_precision
+  if attention_precision == "nvfp4":
+    what = "MLP and attention GEMMs" if mlp_precision == "nvfp4" else "attention GEMMs"
+    precision = "nvfp4"
   steps = []
   if switches.forward_from_step is not None:
     steps.append(f"forward NVFP4 GEMMs in BF16 from step {switches.forward_from_step}")
   if switches.from_step is not None:
     steps.append(f"all NVFP4 GEMMs in BF16 from step {switches.from_step}")
-  return f"MLP GEMMs per decoder layer: {layers}" + (f"; {'; '.join(steps)}" if steps else "")
+  layers = _ranges(layer_precisions(switches, precision))
+  return f"{what} per decoder layer: {layers}" + (f"; {'; '.join(steps)}" if steps else "")

@@ -21,7 +21,6 @@ from MaxText.backends import environment
 from MaxText.integration import cli, loading
 from MaxText.integration.settings import settings_of
 from MaxText.precision.modes import Backend
-from MaxText.precision.policy import Precision
 from MaxText.preflight import PROG, deviceless, programs, report
 from MaxText.preflight.targets import TARGETS
 
@@ -92,8 +91,8 @@ def mem_fraction() -> float:
 
 
 def te_nvfp4(config: Any) -> bool:
-  """Whether the run's MLP GEMMs are NVFP4 on TransformerEngine (nvfp4_backend resolved for the environment being
-  answered: call it inside `environment.answering(target_environment(...))`)."""
+  """Whether the run's NVFP4 GEMMs (MLP, attention projections or both) run on TransformerEngine (nvfp4_backend
+  resolved for the environment being answered: call it inside `environment.answering(target_environment(...))`)."""
   settings = settings_of(config)
-  return (settings.nvfp4 and settings.mlp is Precision.NVFP4
+  return (settings.nvfp4 and settings.nvfp4_gemms
           and environment.resolve_backend(settings.backend, environment.current()) is Backend.TE)

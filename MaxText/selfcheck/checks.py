@@ -49,7 +49,8 @@ _U = 2.0**-24
 
 @dataclasses.dataclass(frozen=True)
 class Shape:
-  """One GEMM y = x W of the run, per device: x (m, k), W (k, n), dY (m, n); `modules` names its MLP GEMMs."""
+  """One GEMM y = x W of the run, per device: x (m, k), W (k, n), dY (m, n); `modules` names the run's NVFP4 GEMMs of
+  that shape (MLP, and attention projections under nvfp4_attention_precision=nvfp4)."""
 
   m: int
   k: int

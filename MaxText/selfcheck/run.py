@@ -38,7 +38,8 @@ def _fail(line: str) -> None:
 
 
 def shapes_of(config: Any) -> tuple[list[checks.Shape], Any]:
-  """The run's distinct per-device MLP GEMM shapes (train phase) and its settings; bad input is one line, exit 2."""
+  """The run's distinct per-device NVFP4 GEMM shapes (train phase: the MLP's, and the attention projections' under
+  nvfp4_attention_precision=nvfp4) and its settings; bad input is one line, exit 2."""
   settings = settings_of(config)
   if not settings.nvfp4:
     _fail(f"quantization={settings.quantization or 'none'}: the self-check needs an NVFP4 mode (te_nvfp4 or "
@@ -48,7 +49,8 @@ def shapes_of(config: Any) -> tuple[list[checks.Shape], Any]:
     if d.phase == "train":
       by_shape[(d.m, d.k, d.n)].append(d.module)
   if not by_shape:
-    _fail("nvfp4_mlp_precision=bf16: no MLP GEMM runs in NVFP4, so there is nothing to check")
+    _fail(f"nvfp4_mlp_precision=bf16 and nvfp4_attention_precision={settings.attention.value}: no GEMM runs in NVFP4, "
+          "so there is nothing to check")
   return [checks.Shape(m, k, n, tuple(modules)) for (m, k, n), modules in by_shape.items()], settings
 
 

@@ -61,7 +61,7 @@ def test_stop_ends_on_the_first_finding_once():
     (["quantization=fp8", "nvfp4_audit_interval=2"],
      "nvfp4_audit_interval=2 with quantization='fp8': it measures NVFP4 GEMMs (the audit)"),
     (["quantization=te_nvfp4", "nvfp4_mlp_precision=bf16", "nvfp4_audit_interval=2"],
-     "nvfp4_audit_interval=2 with nvfp4_mlp_precision=bf16: no GEMM is NVFP4"),
+     "nvfp4_audit_interval=2 with nvfp4_mlp_precision=bf16 and nvfp4_attention_precision=bf16: no GEMM is NVFP4"),
     (["quantization=te_nvfp4", "nvfp4_audit_action=halt"], "nvfp4_audit_action"),
 ])
 def test_bad_audit_settings_fail_at_load(overrides, expected):

@@ -113,7 +113,7 @@ def test_wrong_type() -> None:
 def test_bad_enum_value_lists_choices() -> None:
   expected = "nvfp4_backend='bogus' is not a valid choice; valid choices: 'auto', 'te', 'emulated', 'fused'"
   assert _error("nvfp4_backend=bogus") == expected
-  assert "valid choices: 'bf16', 'fp8'" in _error("nvfp4_attention_precision=fp4")
+  assert "valid choices: 'bf16', 'fp8', 'nvfp4'" in _error("nvfp4_attention_precision=fp4")
 
 
 def test_bad_quantization_lists_choices() -> None:

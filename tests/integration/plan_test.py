@@ -6,12 +6,17 @@ from __future__ import annotations
 
 import pathlib
 
+import pytest
 from flax import nnx
 
 import MaxText
 from MaxText.compare import runinfo
 from MaxText.integration import artifacts, flops, plan
-from tests.helpers import TINY_YML, load_config
+from MaxText.integration.plan import PlanEntry, PlanError, check
+from MaxText.integration.quant import Nvfp4Quantization
+from MaxText.precision.modes import Backend
+from MaxText.precision.policy import Precision
+from tests.helpers import TINY_YML, load_config, settings
 
 MaxText.register()
 
@@ -40,3 +45,24 @@ def test_a_plan_from_another_version_is_not_read_as_this_one(tmp_path: pathlib.P
   """A precision_plan.json whose fields differ (renamed, missing) gives compare nothing rather than a wrong number."""
   (tmp_path / artifacts.PLAN_FILE).write_text('{"backend": "te", "gemms": [{"precision": "nvfp4"}]}')
   assert runinfo.read_plan(tmp_path) == (None, None, None)
+
+
+def _entry(module: str, axes: tuple[str, ...], precision: str) -> PlanEntry:
+  return PlanEntry(module=module, kernel_axes=axes, precision=precision, backend="-", implementation="", kind="dense")
+
+
+def test_attention_in_nvfp4_that_quantizes_no_projection_is_refused():
+  """nvfp4_attention_precision=nvfp4 where no attention projection came out NVFP4 (a model whose attention takes no
+  quant object) is one line naming what stays BF16; with attention NVFP4 alone (an MLP baseline beside it) the plan
+  holds. The MLP's own rules still apply."""
+  mlp, query = _entry("mlp/wi_0", ("embed", "mlp"), "nvfp4"), ("embed_attn", "q_heads", "kv")
+  quant = Nvfp4Quantization(settings=settings(attention=Precision.NVFP4), backend=Backend.EMULATED)
+  check(quant, [mlp, _entry("self_attention/query", query, "nvfp4")])
+  with pytest.raises(PlanError, match=r"^nvfp4_attention_precision=nvfp4 built no attention projection in NVFP4: "
+                                      r"self_attention/query stay BF16"):
+    check(quant, [mlp, _entry("self_attention/query", query, "bf16")])
+  with pytest.raises(PlanError, match="has no DenseGeneral with attention axes"):
+    check(quant, [mlp])
+  attention_only = Nvfp4Quantization(settings=settings(mlp=Precision.BF16, attention=Precision.NVFP4),
+                                     backend=Backend.EMULATED)
+  check(attention_only, [_entry("mlp/wi_0", ("embed", "mlp"), "bf16"), _entry("self_attention/query", query, "nvfp4")])

@@ -97,7 +97,7 @@ def test_statistics_steps():
         (["quantization=fp8", "nvfp4_stats_interval=2"],
          "nvfp4_stats_interval=2 with quantization='fp8': it measures NVFP4 GEMMs (the statistics)"),
         (["quantization=te_nvfp4", "nvfp4_mlp_precision=bf16", "nvfp4_stats_interval=2"],
-         "nvfp4_stats_interval=2 with nvfp4_mlp_precision=bf16: no GEMM is NVFP4"),
+         "nvfp4_stats_interval=2 with nvfp4_mlp_precision=bf16 and nvfp4_attention_precision=bf16: no GEMM is NVFP4"),
         (["quantization=te_nvfp4", "gradient_accumulation_steps=2", "nvfp4_stats_interval=2"],
          "nvfp4_stats_interval=2 with gradient_accumulation_steps=2"),
     ],

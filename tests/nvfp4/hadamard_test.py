@@ -98,10 +98,10 @@ def _exact_rht_sums(runs: np.ndarray) -> np.ndarray:
 
 
 @hypothesis.settings(max_examples=60, deadline=None)
-@hypothesis.given(seed=st.integers(0, 2**32 - 1), span=st.integers(0, 34), lowest=st.integers(-116, 90),
+@hypothesis.given(seed=st.integers(0, 2**32 - 1), span=st.integers(0, 32), lowest=st.integers(-116, 90),
                   zeros=st.floats(0, 0.5))
 def test_is_the_exact_sum_rounded_to_f32_then_bf16(seed, span, lowest, zeros):
-  """Each output is bf16(f32(exact sum of its 16 products)) for runs whose nonzero values span up to 2**35 and stay
+  """Each output is bf16(f32(exact sum of its 16 products)) for runs whose nonzero values span up to 2**33 and stay
   above 2**-117 (the range hadamard.rht_sums proves), wherever some order's f32 sum would round: no platform's
   summation order decides our operands."""
   rng = np.random.default_rng(seed)

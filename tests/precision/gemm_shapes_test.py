@@ -4,7 +4,7 @@ dimension, and the block rule's one-line messages."""
 
 from __future__ import annotations
 
-from MaxText.precision.gemm_shapes import ModelShape, Sized, block_errors, nvfp4_gemm_dims
+from MaxText.precision.gemm_shapes import AttentionShape, ModelShape, Sized, block_errors, nvfp4_gemm_dims
 from MaxText.precision.policy import Precision
 from tests.helpers import settings
 
@@ -49,3 +49,33 @@ def test_a_dimension_nvfp4_cannot_block_names_its_keys_and_a_fix():
   k_of_wi, n_of_wo = block_errors(nvfp4_gemm_dims(shape, settings()), 16, "te_nvfp4")  # once per axis, not per GEMM
   assert "mlp/wi_0 has K = 4100 from emb_dim=4100 (base_emb_dim=4100)" in k_of_wi and "e.g. 4112" in k_of_wi
   assert "mlp/wo has N = 4100" in n_of_wo and "nvfp4_mlp_precision=bf16" in n_of_wo
+
+
+def _attention(**overrides) -> AttentionShape:
+  values = dict(query=Sized(4096, "num_query_heads=32 x head_dim=128"), kv=Sized(1024, "num_kv_heads=8 x head_dim=128"),
+                fused_qkv=False, heads_shards=Sized(2, "tensor=2"))
+  return AttentionShape(**{**values, **overrides})
+
+
+def test_attention_projections_in_nvfp4_are_listed_with_their_keys():
+  """nvfp4_attention_precision=nvfp4: query, key, value and out after the MLP's GEMMs, heads split over tensor; none
+  without the opt-in, and the MLP's alone stay out with nvfp4_mlp_precision=bf16."""
+  shape = _shape(attention=_attention())
+  assert [d.module for d in nvfp4_gemm_dims(shape, settings())] == ["mlp/wi_0", "mlp/wi_1", "mlp/wo"]
+  dims = nvfp4_gemm_dims(shape, settings(mlp=Precision.BF16, attention=Precision.NVFP4))
+  assert [(d.module, d.m, d.k, d.n) for d in dims] == [("self_attention/query", 16384, 4096, 2048),
+                                                       ("self_attention/key", 16384, 4096, 512),
+                                                       ("self_attention/value", 16384, 4096, 512),
+                                                       ("self_attention/out", 16384, 2048, 4096)]
+  out = dims[-1]
+  assert (out.k_global, out.x_cols, out.k_keys) == (4096, 2048, "num_query_heads=32 x head_dim=128 split by tensor=2")
+  (qkv, _) = nvfp4_gemm_dims(_shape(attention=_attention(fused_qkv=True)),
+                             settings(mlp=Precision.BF16, attention=Precision.NVFP4))
+  assert (qkv.module, qkv.n_global, qkv.n) == ("self_attention/qkv_proj", 6144, 3072)
+
+
+def test_an_attention_dimension_nvfp4_cannot_block_names_the_attention_key():
+  shape = _shape(attention=_attention(kv=Sized(8, "num_kv_heads=1 x head_dim=8"), heads_shards=_NONE))
+  (error,) = block_errors(nvfp4_gemm_dims(shape, settings(attention=Precision.NVFP4)), 16, "te_nvfp4")
+  assert "self_attention/key has N = 8 from num_kv_heads=1 x head_dim=8" in error, error
+  assert error.endswith("or set nvfp4_attention_precision=bf16"), error

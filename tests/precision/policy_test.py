@@ -33,8 +33,11 @@ def test_policy_precision_per_class(attention):
   assert policy.precision_for(("embed_vocab", "vocab")) is Precision.BF16
 
 
-def test_policy_rejects_fp4_attention_and_fp8_mlp():
-  with pytest.raises(ValueError, match="never FP4"):
-    PrecisionPolicy(attention=Precision.NVFP4)
+def test_policy_takes_nvfp4_attention_and_rejects_fp8_mlp():
+  """Attention projections in NVFP4 are the opt-in (nvfp4_attention_precision=nvfp4); an FP8 MLP is no choice."""
+  policy = PrecisionPolicy(attention=Precision.NVFP4)
+  assert policy.precision_for(("embed_attn", "q_heads", "kv")) is Precision.NVFP4
+  assert policy.nvfp4_classes == (GemmClass.MLP, GemmClass.ATTENTION)
+  assert PrecisionPolicy(mlp=Precision.BF16).nvfp4_classes == ()
   with pytest.raises(ValueError, match="'nvfp4' or 'bf16'"):
     PrecisionPolicy(mlp=Precision.FP8)

@@ -90,11 +90,23 @@ def test_a_bad_option_is_one_line_and_exit_2(args, expected, capsys):
 
 @pytest.mark.parametrize(("overrides", "expected"), [
     (["quantization=fp8"], "quantization=fp8: the self-check needs an NVFP4 mode"),
-    (["quantization=te_nvfp4", "nvfp4_mlp_precision=bf16"], "nvfp4_mlp_precision=bf16: no MLP GEMM runs in NVFP4"),
+    (["quantization=te_nvfp4", "nvfp4_mlp_precision=bf16"],
+     "nvfp4_mlp_precision=bf16 and nvfp4_attention_precision=bf16: no GEMM runs in NVFP4"),
 ])
 def test_a_config_with_nothing_to_check_is_named(load_config, overrides, expected):
   with pytest.raises(run.BadInput, match=expected):
     run.shapes_of(load_config(TINY_YML, *overrides))
+
+
+def test_the_attention_projections_shapes_are_checked_when_they_run_in_nvfp4(load_config):
+  """nvfp4_attention_precision=nvfp4: the self-check's shapes include query, key, value and out (alone, with the
+  MLP in BF16), beside the MLP's when both are NVFP4."""
+  only, _ = run.shapes_of(load_config(TINY_YML, "quantization=te_nvfp4", "nvfp4_mlp_precision=bf16",
+                                      "nvfp4_attention_precision=nvfp4"))
+  modules = {m for shape in only for m in shape.modules}
+  assert modules == {"self_attention/query", "self_attention/key", "self_attention/value", "self_attention/out"}
+  both, _ = run.shapes_of(load_config(TINY_YML, "quantization=te_nvfp4", "nvfp4_attention_precision=nvfp4"))
+  assert modules < {m for shape in both for m in shape.modules} and any("mlp/wo" in s.modules for s in both)
 
 
 @pytest.mark.slow

@@ -193,20 +193,23 @@ def _te_gemms(compiled) -> int:
 
 @pytest.mark.parametrize("overrides,count,target", [
     (["quantization=te_nvfp4"], 1, "b200"),
-    (["quantization=te_nvfp4"], 4, "gb300"),  # one GB300 compute tray, fsdp over its 4 GPUs
+    # One GB300 compute tray, fsdp over its 4 GPUs, with the attention projections in NVFP4 too (the opt-in).
+    (["quantization=te_nvfp4", "nvfp4_attention_precision=nvfp4"], 4, "gb300"),
     # te_nvfp4_no_rht, FP8 attention, BF16 edge layers, the late switch and the forward-only switch, unscanned.
     (["quantization=te_nvfp4_no_rht", "nvfp4_attention_precision=fp8", "base_num_decoder_layers=4",
       "nvfp4_bf16_first_layers=1", "nvfp4_bf16_last_layers=1", "nvfp4_bf16_from_step=8",
       "nvfp4_bf16_forward_from_step=5", "scan_layers=false"], 1, "b200"),
     # emb 256: maxtext shards the activations' embed dim over tensor, and TE's RHT wants 128 columns per shard.
     (["quantization=te_nvfp4", "ici_fsdp_parallelism=2", "ici_tensor_parallelism=2", "base_emb_dim=256"], 4, "b200"),
-    (["quantization=te_nvfp4", "fused_mlp=true"], 1, "b200"),  # gate and up as one GEMM (the exact vLLM export)
+    # Gate and up as one GEMM (the exact vLLM export), and every dense GEMM in NVFP4.
+    (["quantization=te_nvfp4", "fused_mlp=true", "nvfp4_attention_precision=nvfp4"], 1, "b200"),
     # Our quantizer, TE's GEMM; for one B200 the fused step is compiled by the self-check (tests/te/selfcheck_test.py).
     (["quantization=te_nvfp4", "nvfp4_backend=fused"], 4, "gb300"),
     # Routed experts in NVFP4 on Blackwell: each product one TE NVFP4 GEMM batched over the experts (both layouts).
     (["quantization=te_nvfp4", "nvfp4_backend=fused", *MIXTRAL, "sparse_matmul=false"], 1, "b200"),
     (["quantization=te_nvfp4", "nvfp4_backend=fused", *MIXTRAL, "sparse_matmul=true", "megablox=false"], 1, "b200"),
-], ids=["te_nvfp4", "te_nvfp4_gb300_tray", "no_rht_fp8_attention_switches", "fsdp2_tensor2", "fused_mlp",
+], ids=["te_nvfp4", "te_nvfp4_gb300_tray_attention", "no_rht_fp8_attention_switches", "fsdp2_tensor2",
+        "fused_mlp_attention",
         "fused_gb300_tray", "fused_experts_dense", "fused_experts_sparse"])
 def test_te_train_step_compiles_for_blackwell(te, blackwell, overrides, count, target):
   del te, blackwell
@@ -215,6 +218,8 @@ def test_te_train_step_compiles_for_blackwell(te, blackwell, overrides, count, t
   gemms = 2 if "fused_mlp=true" in overrides else 3  # MLP GEMMs per layer body: wi (or wi_0, wi_1) and wo
   if "decoder_block=mixtral" in overrides:  # per expert: fprop, dgrad and wgrad of wi_0, wi_1 and wo
     gemms = 3 * 3 * MIXTRAL_EXPERTS
+  if "nvfp4_attention_precision=nvfp4" in overrides:  # and query, key, value and out
+    gemms += 4
   assert _te_gemms(compiled) >= gemms, "TE's FP4 GEMMs did not survive to the executable"
   memory = compiled.memory_analysis()
   assert 0 < memory.argument_size_in_bytes and 0 < memory.temp_size_in_bytes < TARGETS[target].memory_bytes
