@@ -146,7 +146,17 @@ def forward_precision(config: Any, step: int) -> Precision:
 
 def exact(config: Any, step: int | None) -> tuple[bool, str]:
   """Whether the export is the training forward's own quantization (an NVFP4 run whose MLP forward at this step
-  was NVFP4), and a line saying which it is; otherwise it is post-training quantization with the same recipe."""
+  was NVFP4), and a line saying which it is; otherwise it is post-training quantization with the same recipe. A run
+  whose attention projections trained in NVFP4 (nvfp4_attention_precision=nvfp4) is said to have them written in
+  BF16: the NVFP4 export covers the MLP weights."""
+  found, line = _exact(config, step)
+  if settings_of(config).nvfp4 and settings_of(config).attention is Precision.NVFP4:
+    line += ("; the attention projections trained in NVFP4 too, and are written in BF16 (the NVFP4 export covers "
+             "MLP weights)")
+  return found, line
+
+
+def _exact(config: Any, step: int | None) -> tuple[bool, str]:
   settings = settings_of(config)
   if not settings.nvfp4:
     return False, (f"quantization={settings.quantization or 'none'}: the run trained without NVFP4; the NVFP4 "

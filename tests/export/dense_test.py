@@ -234,6 +234,8 @@ def test_metadata_names_the_source_the_nvfp4_tensors_and_each_files_checksum(tra
     (["nvfp4_bf16_from_step=3"], False, "switched to BF16"),  # checkpoint 2 feeds step 3's forward
     (["nvfp4_bf16_forward_from_step=1"], False, "switched to BF16"),
     (["quantization="], False, "trained without NVFP4"),
+    # Attention projections trained in NVFP4: said to be written in BF16 (the NVFP4 export covers MLP weights).
+    (["nvfp4_attention_precision=nvfp4"], True, "attention projections trained in NVFP4 too, and are written in BF16"),
 ])
 def test_the_forward_precision_at_the_step_decides_exact_or_post_training(more, exact, says, trained, tmp_path):
   summary = export(trained["dense_scanned"], tmp_path / "ct", "compressed-tensors", *more)
