@@ -6,7 +6,7 @@ Why the comparison needs it: a step time means "NVFP4 speed" only when the NVFP4
 optional; a missing or unreadable one leaves its fields None and never fails the comparison.
 
   * `precision_plan.json` (written by the plugin into `<base_output_directory>/<run_name>/`): the resolved backend
-    ("emulated" or "te") and the precision of each GEMM module.
+    ("emulated", "fused" or "te") and the precision of each GEMM module.
   * maxtext's config, which it writes into the TensorBoard events as text summaries (`<key>/text_summary`):
     `quantization` and `hardware`.
   * `machine.json` (written by the quickstart around each training process; `machine_sample` /

@@ -30,7 +30,7 @@ class Nvfp4Quantization(quantizations.Quantization):
   """maxtext's quant object for te_nvfp4 / te_nvfp4_no_rht: the policy decides per DenseGeneral.
 
   settings: the config's plugin settings, whole (MaxText.integration.settings.settings_of).
-  backend: the NVFP4 backend resolved for the environment the model is built in (TE or EMULATED, never AUTO).
+  backend: the NVFP4 backend resolved for the environment the model is built in (TE, EMULATED or FUSED, never AUTO).
   """
 
   settings: Settings

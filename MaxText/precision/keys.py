@@ -41,8 +41,8 @@ class _DeclaredKeys(pydantic.BaseModel):
   )
   nvfp4_moe_experts: MoeExperts = Field(
       MoeExperts.NVFP4,
-      description="Routed-expert GEMMs under an NVFP4 mode: 'nvfp4' (the MLP recipe per expert; the emulated backend"
-      " only) or 'bf16' (experts unquantized; required with nvfp4_backend=te). Follows nvfp4_mlp_precision=bf16.",
+      description="Routed-expert GEMMs under an NVFP4 mode: 'nvfp4' (the MLP recipe per expert; the emulated and fused"
+      " backends) or 'bf16' (experts unquantized; required with nvfp4_backend=te). Follows nvfp4_mlp_precision=bf16.",
   )
   nvfp4_stochastic_rounding: bool = Field(
       True,
