@@ -24,17 +24,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from MaxText.nvfp4 import hadamard
-from MaxText.nvfp4.formats import (
-  BLOCK_SIZE,
-  E2M1_MAX,
-  NVFP4,
-  e2m1_codes,
-  e2m1_grid_inverse_step,
-  e2m1_magnitudes,
-  e2m1_neighbours,
-  e2m1_values,
-  to_e4m3_satfinite,
-)
+from MaxText.nvfp4.e2m1 import e2m1_codes, e2m1_grid_inverse_step, e2m1_magnitudes, e2m1_neighbours, e2m1_values
+from MaxText.nvfp4.formats import BLOCK_SIZE, E2M1_MAX, NVFP4, to_e4m3_satfinite
 from MaxText.nvfp4.operands import Operand
 from MaxText.nvfp4.quantize import Scaling
 from MaxText.nvfp4.quantize import encode as encode_blocks

@@ -31,7 +31,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.ad_checkpoint import checkpoint_name
 
-from MaxText.nvfp4.formats import BLOCK_SIZE, NVFP4, BlockFormat, divide
+from MaxText.nvfp4.arithmetic import divide
+from MaxText.nvfp4.formats import BLOCK_SIZE, NVFP4, BlockFormat
 from MaxText.nvfp4.quantize import BlockCodes, Scaling, quantize_block_scaled, quantize_codes
 
 #: checkpoint_name of every quantized tensor the backward pass keeps (maxtext's remat policies save it).
@@ -95,7 +96,7 @@ def scaled_matmul_gemm(a: BlockCodes, a_axis: int, b: BlockCodes, b_axis: int, o
 
 def _alpha(a_amax: jax.Array, b_amax: jax.Array, fmt: BlockFormat) -> jax.Array:
   """The product's tensor scale, alpha = amax_a / range * amax_b / range (range = 2688 for NVFP4), as TE's GEMM
-  computes it: each factor a correctly rounded division (formats.divide)."""
+  computes it: each factor a correctly rounded division (arithmetic.divide)."""
   return divide(a_amax, fmt.tensor_scale_range) * divide(b_amax, fmt.tensor_scale_range)
 
 

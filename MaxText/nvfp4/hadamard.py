@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.linalg
 
-from MaxText.nvfp4 import formats
+from MaxText.nvfp4 import arithmetic
 from MaxText.nvfp4.formats import BLOCK_SIZE
 
 #: TE's fixed random signs (not re-drawn per step, shared by all layers).
@@ -67,15 +67,15 @@ def rht_sums(x: jax.Array, axis: int = -1, signs: np.ndarray = RHT_SIGNS) -> jax
   """
   axis %= x.ndim
   p = int(np.prod(x.shape[:axis], dtype=np.int64)) * (x.shape[axis] // BLOCK_SIZE)
-  # formats.widen: the bf16 values themselves, where a cast would let XLA:GPU hand over a float32 producer's unrounded
+  # arithmetic.widen: the bf16 values themselves, where a cast would let XLA:GPU hand over a float32 producer's unrounded
   # values (docs/numerics.md#on-a-gpu); TE's RHT kernel reads the bf16 tensor.
-  runs = formats.widen(x).reshape(p, BLOCK_SIZE, int(np.prod(x.shape[axis + 1:], dtype=np.int64)))
+  runs = arithmetic.widen(x).reshape(p, BLOCK_SIZE, int(np.prod(x.shape[axis + 1:], dtype=np.int64)))
   # x_i s_i / 4 is exact (a power-of-two scale; float32 reaches bf16's smallest subnormal / 4), so R's scale and
   # signs are applied before the sums and H16's +-1 entries are the butterflies' sums and differences.
-  # The constants are anchored to x (formats.anchored): a scalar broadcast against the operand would otherwise be made
+  # The constants are anchored to x (arithmetic.anchored): a scalar broadcast against the operand would otherwise be made
   # once per constant outside a scanned layer loop, operand-sized.
-  scale = formats.anchored(np.asarray(signs, np.float32) / np.float32(4), x)
-  zero = formats.anchored(np.float32(0), x)
+  scale = arithmetic.anchored(np.asarray(signs, np.float32) / np.float32(4), x)
+  zero = arithmetic.anchored(np.float32(0), x)
   hi = [runs[:, i] * scale[i] for i in range(BLOCK_SIZE)]
   lo: list[jax.Array] | None = None
   half = BLOCK_SIZE // 2

@@ -36,23 +36,18 @@ import jax.numpy as jnp
 import numpy as np
 
 from MaxText.nvfp4 import hadamard, rounding
-from MaxText.nvfp4.formats import (
-  BLOCK_SIZE,
+from MaxText.nvfp4.arithmetic import (
   FLT_MAX,
-  ONE_SIXTH,
-  TENSOR_SCALE_RANGE,
   UINT_OF_WIDTH,
   anchored,
   copysign,
   divide,
-  e2m1_codes,
   fmin_flt_max,
   materialized_on_cpu,
-  pack_e2m1,
-  round_to_e2m1_grid,
-  to_e4m3_satfinite,
   widen,
 )
+from MaxText.nvfp4.e2m1 import e2m1_codes, pack_e2m1, round_to_e2m1_grid
+from MaxText.nvfp4.formats import BLOCK_SIZE, ONE_SIXTH, TENSOR_SCALE_RANGE, to_e4m3_satfinite
 
 _ACCEPTED_DTYPES = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16), jnp.dtype(jnp.float32))
 
@@ -145,7 +140,7 @@ def block_amax(blocks: jax.Array, axes: tuple[int, ...], nan_blocks_out: bool = 
   axes = tuple(sorted(a % blocks.ndim for a in axes))
   kept = tuple(1 if d in axes else n for d, n in enumerate(blocks.shape))
   zero = bits.dtype.type(0)
-  finite = jnp.where(bits > inf_bits, bits & zero, bits)  # not zeros_like: formats.anchored
+  finite = jnp.where(bits > inf_bits, bits & zero, bits)  # not zeros_like: arithmetic.anchored
 
   def variadic(bits: jax.Array, finite: jax.Array) -> tuple[jax.Array, jax.Array]:
     return jax.lax.reduce((bits, finite), (zero, zero),

@@ -11,7 +11,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from MaxText.nvfp4.formats import E2M1_DROPPED_BITS, anchored, e2m1_clamped_bits, e2m1_grid_step, e2m1_result
+from MaxText.nvfp4.arithmetic import anchored
+from MaxText.nvfp4.e2m1 import E2M1_DROPPED_BITS, e2m1_clamped_bits, e2m1_grid_step, e2m1_result
 
 #: Random bits per element: TE consumes 8 (a uniform in {0, 1/256, ..., 255/256}).
 RANDOM_BITS = 8
@@ -45,7 +46,7 @@ def random_bits(key: jax.Array, shape: tuple[int, ...], axis_order: tuple[int, .
   """
   seed = jax.random.bits(key, (2,), jnp.uint32)
   # Each axis's index is a 1D iota plus a 0 anchored to the seed, then broadcast: the same index, but data to JAX
-  # (formats.anchored: a full-size iota is computed outside a scanned layer loop and read by every layer).
+  # (arithmetic.anchored: a full-size iota is computed outside a scanned layer loop and read by every layer).
   zero = anchored(np.uint32(0), seed)
   index = jnp.broadcast_to(zero, shape)
   stride = 1
@@ -58,7 +59,7 @@ def random_bits(key: jax.Array, shape: tuple[int, ...], axis_order: tuple[int, .
 
 def _fraction(bits: jax.Array) -> jax.Array:
   """r / 256 for each element's 8 random bits r, float32, exact: 1 + r / 256 assembled on the bits, less 1. Not
-  `bits.astype(float32)`: a GPU converts integers to floats at a fraction of its float32 rate (formats.e2m1_result)."""
+  `bits.astype(float32)`: a GPU converts integers to floats at a fraction of its float32 rate (e2m1.e2m1_result)."""
   one_and = (bits.astype(jnp.uint32) << (_F32_MANTISSA_BITS - RANDOM_BITS)) | _ONE_BITS
   return jax.lax.bitcast_convert_type(one_and, jnp.float32) - np.float32(1.0)
 
@@ -85,7 +86,7 @@ def stochastic_round_to_grid(y: jax.Array, bits: jax.Array) -> jax.Array:
   Rule, per element, with r the element's 8 random bits:
     a = |y|; t = a + (r / 256) * step(a); q = min(floor(t / step(t)) * step(t), 6); result = sign(y) * q.
   (step(a) in place of step(t) is equal on every input: a carry into the next binade only reaches its first point, 2
-  or 4.) Computed on the bits (formats.e2m1_result), held to the rule in float32 by tests/nvfp4/reference.py.
+  or 4.) Computed on the bits (e2m1.e2m1_result), held to the rule in float32 by tests/nvfp4/reference.py.
 
   Args:
     y: float32 values on the E2M1 scale (magnitudes above 6 saturate to 6).

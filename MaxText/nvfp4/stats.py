@@ -19,7 +19,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from MaxText.nvfp4 import hadamard
-from MaxText.nvfp4.formats import NVFP4, TENSOR_SCALE_RANGE, divide, round_to_e2m1_grid, widen
+from MaxText.nvfp4.arithmetic import divide, widen
+from MaxText.nvfp4.e2m1 import round_to_e2m1_grid
+from MaxText.nvfp4.formats import NVFP4, TENSOR_SCALE_RANGE
 from MaxText.nvfp4.gemm import GemmRecipe
 from MaxText.nvfp4.operands import BACKWARD_ROWS, FORWARD_ROWS, GEMM_OPERANDS, gemm_operands
 from MaxText.nvfp4.quantize import Scaling, blocked, check_input, encode
@@ -35,7 +37,7 @@ SUBNORMAL_SCALE = NVFP4.scale_min_normal
 
 
 def _fraction(hits: jax.Array, of: jax.Array) -> jax.Array:
-  """sum(hits & of) / sum(of) as float32; 0 where `of` selects nothing. Divided correctly rounded (formats.divide),
+  """sum(hits & of) / sum(of) as float32; 0 where `of` selects nothing. Divided correctly rounded (arithmetic.divide),
   so a statistic is the same number on a GPU as here."""
   count = jnp.sum(of, dtype=jnp.float32)
   return jnp.where(count > 0, divide(jnp.sum(hits & of, dtype=jnp.float32), jnp.maximum(count, 1.0)), np.float32(0.0))

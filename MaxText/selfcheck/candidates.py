@@ -21,7 +21,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from MaxText.nvfp4 import audit, hadamard
-from MaxText.nvfp4.formats import NVFP4, e2m1_codes, e2m1_neighbours, to_e4m3_satfinite
+from MaxText.nvfp4.e2m1 import e2m1_codes, e2m1_neighbours
+from MaxText.nvfp4.formats import NVFP4, to_e4m3_satfinite
 from MaxText.nvfp4.gemm import MATMUL_DIMS, BlockScaledGemm, GemmRecipe, nvfp4_dot_general
 from MaxText.nvfp4.operands import Operand
 from MaxText.nvfp4.rounding import random_bits, stochastic_e2m1_codes

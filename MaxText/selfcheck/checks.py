@@ -30,7 +30,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from MaxText.nvfp4 import audit
-from MaxText.nvfp4.formats import BlockFormat, e2m1_values
+from MaxText.nvfp4.e2m1 import e2m1_values
+from MaxText.nvfp4.formats import BlockFormat
 from MaxText.nvfp4.gemm import GemmRecipe
 from MaxText.nvfp4.operands import Operand, gemm_operands
 from MaxText.nvfp4.quantize import Scaling

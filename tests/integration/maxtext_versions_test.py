@@ -122,16 +122,14 @@ def _tree(commit: str, into: pathlib.Path) -> pathlib.Path:
 
 
 def _with_todays_rht(tree: pathlib.Path) -> pathlib.Path:
-  """`tree` with today's RHT (MaxText/nvfp4/hadamard.py), the one deliberate change in numbers since the pinned
-  commits: the emulator's RHT became the exact sum rounded once (docs/numerics.md#random-hadamard-transform), where
-  the old trees summed in XLA:CPU's dot order. The two differ on the bf16 output of 16-token runs spanning a wide
-  range; on the pipeline's switches run the losses part at step 4 (docs/measurements.md). Carried into the old tree,
-  everything else is still held bit for bit. The old trees' formats module has no `widen`: a cast is the same value
-  on XLA:CPU."""
-  source = (REPO_ROOT / "MaxText" / "nvfp4" / "hadamard.py").read_text(encoding="utf-8")
-  assert source.count("formats.widen(x)") == 1, "today's RHT reads its input elsewhere: update this test's carry"
-  (tree / "MaxText" / "nvfp4" / "hadamard.py").write_text(source.replace("formats.widen(x)", "x.astype(jnp.float32)"),
-                                                          encoding="utf-8")
+  """`tree` with today's RHT (MaxText/nvfp4/hadamard.py, and the exact arithmetic it reads, arithmetic.py, which the
+  old trees lack), the one deliberate change in numbers since the pinned commits: the emulator's RHT became the exact
+  sum rounded once (docs/numerics.md#random-hadamard-transform), where the old trees summed in XLA:CPU's dot order.
+  The two differ on the bf16 output of 16-token runs spanning a wide range; on the pipeline's switches run the losses
+  part at step 4 (docs/measurements.md). Carried into the old tree, everything else is still held bit for bit. Both
+  files read only jax, numpy, scipy and formats.BLOCK_SIZE, which the old trees have."""
+  for name in ("hadamard.py", "arithmetic.py"):
+    (tree / "MaxText" / "nvfp4" / name).write_bytes((REPO_ROOT / "MaxText" / "nvfp4" / name).read_bytes())
   return tree
 
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from MaxText.nvfp4 import audit, operands
-from MaxText.nvfp4.formats import e2m1_codes
+from MaxText.nvfp4.e2m1 import e2m1_codes
 from MaxText.nvfp4.gemm import GemmRecipe
 
 _OPERANDS = {o.name: o for o in operands.gemm_operands(GemmRecipe())}

@@ -9,7 +9,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from MaxText.nvfp4 import formats
+from MaxText.nvfp4 import arithmetic, e2m1, formats
 from MaxText.nvfp4.gemm import GemmRecipe
 from tests.nvfp4 import reference
 from tests.nvfp4.helpers import e2m1_test_inputs, every_bf16
@@ -44,14 +44,14 @@ def test_the_recipe_carries_the_format_and_refuses_one_the_quantizer_lacks():
 def test_e2m1_values_decode_every_code_as_the_float4_dtype_does():
   codes = np.arange(16, dtype=np.uint8)
   want = codes.view(ml_dtypes.float4_e2m1fn).astype(np.float32)
-  got = np.asarray(jax.jit(formats.e2m1_values)(codes))
+  got = np.asarray(jax.jit(e2m1.e2m1_values)(codes))
   np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))  # code 8 is -0
-  np.testing.assert_array_equal(np.asarray(formats.e2m1_magnitudes(codes)), np.abs(want))
+  np.testing.assert_array_equal(np.asarray(e2m1.e2m1_magnitudes(codes)), np.abs(want))
 
 
 def test_e2m1_neighbours_bracket_the_input_on_the_grid():
   y = np.concatenate([np.linspace(-7, 7, 2801), np.arange(-14, 15) / 4, [1e-3, -1e-3]]).astype(np.float32)
-  lower, upper, step = (np.asarray(a) for a in formats.e2m1_neighbours(jnp.asarray(y)))
+  lower, upper, step = (np.asarray(a) for a in e2m1.e2m1_neighbours(jnp.asarray(y)))
   a = np.minimum(np.abs(y), 6)
   assert np.all(np.isin(lower, formats.E2M1_MAGNITUDES)) and np.all(np.isin(upper, formats.E2M1_MAGNITUDES))
   assert np.all((lower <= a) & (a <= upper)) and np.all((upper - lower == step) | (upper == lower))
@@ -67,7 +67,7 @@ def test_e2m1_neighbours_bracket_the_input_on_the_grid():
     (5.01, 6.0), (6.0, 6.0), (6.5, 6.0), (1e30, 6.0), (np.inf, 6.0), (np.nan, 6.0),
 ])
 def test_e2m1_rne_table(value, want):
-  got = jax.jit(formats.round_to_e2m1_grid)(jnp.array([value, -value], jnp.float32)).astype(formats.E2M1).astype(jnp.float32)
+  got = jax.jit(e2m1.round_to_e2m1_grid)(jnp.array([value, -value], jnp.float32)).astype(formats.E2M1).astype(jnp.float32)
   assert float(got[0]) == want
   if not np.isnan(value):
     assert float(got[1]) == -want and np.signbit(np.asarray(got)[1])  # symmetric; -0 keeps its sign
@@ -84,8 +84,8 @@ def test_e4m3_rne_saturating_table(value, want):
 
 
 def test_fmin_flt_max():
-  got = np.asarray(formats.fmin_flt_max(jnp.array([1.0, np.inf, np.nan], jnp.float32)))
-  np.testing.assert_array_equal(got, [1.0, formats.FLT_MAX, formats.FLT_MAX])
+  got = np.asarray(arithmetic.fmin_flt_max(jnp.array([1.0, np.inf, np.nan], jnp.float32)))
+  np.testing.assert_array_equal(got, [1.0, arithmetic.FLT_MAX, arithmetic.FLT_MAX])
 
 
 def test_grid_rounding_equals_the_float4_cast():
@@ -94,7 +94,7 @@ def test_grid_rounding_equals_the_float4_cast():
   == the NumPy oracle's nearest E2M1 value (NaN -> +6), on `e2m1_test_inputs` (every bf16 pattern, the boundaries and
   their neighbours, uniform values with all 23 mantissa bits, random bit patterns)."""
   y = e2m1_test_inputs()
-  grid = np.asarray(jax.jit(formats.round_to_e2m1_grid)(y))
+  grid = np.asarray(jax.jit(e2m1.round_to_e2m1_grid)(y))
   finite = ~np.isnan(y)
   cast = np.clip(y[finite], -6, 6).astype(formats.E2M1).astype(np.float32)
   np.testing.assert_array_equal(grid[finite].view(np.uint32), cast.view(np.uint32))
@@ -105,18 +105,18 @@ def test_e2m1_codes_and_packing_equal_the_float4_cast():
   """e2m1_codes + pack_e2m1 (on the float's bits, bitcast) == round_to_e2m1_grid + XLA's float4 cast, bit for bit,
   on `e2m1_test_inputs` (red with the half-to-even bit of the normal range dropped, or NaN's sign kept)."""
   y = e2m1_test_inputs()
-  fast = np.asarray(jax.jit(lambda y: formats.pack_e2m1(formats.e2m1_codes(y)))(y))
-  cast = np.asarray(jax.jit(lambda y: formats.round_to_e2m1_grid(y).astype(formats.E2M1))(y))
+  fast = np.asarray(jax.jit(lambda y: e2m1.pack_e2m1(e2m1.e2m1_codes(y)))(y))
+  cast = np.asarray(jax.jit(lambda y: e2m1.round_to_e2m1_grid(y).astype(formats.E2M1))(y))
   assert fast.dtype == cast.dtype == formats.E2M1 and fast.shape == y.shape
   bad = np.flatnonzero(fast.view(np.uint8) != cast.view(np.uint8))
   assert bad.size == 0, (bad.size, y[bad[:5]], fast.view(np.uint8)[bad[:5]], cast.view(np.uint8)[bad[:5]])
-  unpacked = np.asarray(jax.jit(formats.e2m1_codes)(y))
+  unpacked = np.asarray(jax.jit(e2m1.e2m1_codes)(y))
   assert set(unpacked.tolist()) == set(range(16))
 
 
 def test_pack_e2m1_keeps_element_order():
   codes = jnp.arange(16, dtype=jnp.uint8).reshape(2, 8)
-  got = np.asarray(formats.pack_e2m1(codes)).view(np.uint8).reshape(2, 8)
+  got = np.asarray(e2m1.pack_e2m1(codes)).view(np.uint8).reshape(2, 8)
   np.testing.assert_array_equal(got, np.arange(16).reshape(2, 8))
 
 
@@ -133,24 +133,24 @@ def _neighbourhood(dtype: np.dtype, top: float) -> np.ndarray:
   return np.concatenate([v, -v]).astype(np.float32)
 
 
-@pytest.mark.parametrize("dtype,top", [(ml_dtypes.float8_e4m3fn, 448.0), (ml_dtypes.bfloat16, float(formats.FLT_MAX)),
+@pytest.mark.parametrize("dtype,top", [(ml_dtypes.float8_e4m3fn, 448.0), (ml_dtypes.bfloat16, float(arithmetic.FLT_MAX)),
                                        (np.float16, 65504.0)], ids=["e4m3", "bf16", "f16"])
 def test_round_to_equals_the_cast(dtype, top):
   """round_to(v, dtype) == v cast to dtype and back (ml_dtypes, on the host), ties and subnormals included: the
   explicit rounding that XLA's GPU compiler keeps where it drops a cast-and-widen pair (docs/numerics.md#on-a-gpu)."""
   dtype = np.dtype(dtype)
   v = _neighbourhood(dtype, top)
-  got = np.asarray(jax.jit(lambda v: formats.round_to(v, dtype))(v))
+  got = np.asarray(jax.jit(lambda v: arithmetic.round_to(v, dtype))(v))
   np.testing.assert_array_equal(got.view(np.uint32), v.astype(dtype).astype(np.float32).view(np.uint32))
 
 
 def test_copysign_on_the_bits_equals_jnp_copysign():
-  """formats.copysign == jnp.copysign bit for bit, magnitude and sign each from every bf16 pattern's f32 value
+  """arithmetic.copysign == jnp.copysign bit for bit, magnitude and sign each from every bf16 pattern's f32 value
   (both zeros, subnormals, infinities and NaNs of either sign) and a few f32 subnormals and NaN payloads."""
   extra = np.array([0x00000001, 0x807FFFFF, 0x7FC00001, 0xFFA00000], np.uint32).view(np.float32)
   values = np.concatenate([every_bf16(), extra])
   rng = np.random.default_rng(0)
   magnitude, sign = values, rng.permutation(values)
-  got = np.asarray(jax.jit(formats.copysign)(magnitude, sign)).view(np.uint32)
+  got = np.asarray(jax.jit(arithmetic.copysign)(magnitude, sign)).view(np.uint32)
   want = np.asarray(jax.jit(jnp.copysign)(magnitude, sign)).view(np.uint32)
   np.testing.assert_array_equal(got, want)

@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from MaxText.nvfp4 import audit, formats, hadamard, stats
+from MaxText.nvfp4 import arithmetic, audit, hadamard, stats
 from MaxText.nvfp4.gemm import MATMUL_DIMS, GemmRecipe, nvfp4_dot_general, scaled_matmul_gemm
 from MaxText.nvfp4.grouped import grouped_matmul
 from MaxText.nvfp4.operands import gemm_operands
@@ -173,7 +173,7 @@ def test_the_interpreter_takes_both_liberties():
   np.testing.assert_array_equal(pair, v)
   q = gpu_like(lambda a, b: a / b)(jnp.float32(1.0), jnp.float32(3.0))
   assert q != np.float32(1.0) / np.float32(3.0)
-  np.testing.assert_array_equal(gpu_like(formats.divide)(jnp.float32(1.0), jnp.float32(3.0)), np.float32(1 / 3))
+  np.testing.assert_array_equal(gpu_like(arithmetic.divide)(jnp.float32(1.0), jnp.float32(3.0)), np.float32(1 / 3))
 
 
 def _wide_runs(seed: int, shape: tuple[int, ...]) -> jax.Array:
@@ -266,12 +266,12 @@ _FEEDS = {"x": (True, False, True), "w": (True, True, False), "dy": (False, True
 
 def test_a_nonfinite_operand_stays_nonfinite_under_the_gpu_compiler():
   """One NaN, +inf or -inf in x, W or dY: y, dx and dW as XLA:CPU computes them, NaNs where they are, in exactly
-  the outputs the operand feeds. Why: the exact division (formats.divide) runs on a GPU only; were its guard for a
+  the outputs the operand feeds. Why: the exact division (arithmetic.divide) runs on a GPU only; were its guard for a
   non-finite numerator gone, inf / b or NaN / b would come out a huge finite number there (its exponent field read
   as 255), so a non-finite operand would turn into finite garbage instead of the NaN the run's checks look for."""
   a = jnp.asarray([np.nan, np.inf, -np.inf, np.nan], jnp.float32)
   b = jnp.asarray([4.0, 1e30, 3.0, -2.0**100], jnp.float32)  # quotients whose exponent field would fit
-  quotient = np.asarray(gpu_like(formats.divide)(a, b))
+  quotient = np.asarray(gpu_like(arithmetic.divide)(a, b))
   np.testing.assert_array_equal(quotient, np.asarray(a) / np.asarray(b))  # NaN, inf, -inf, NaN
   key = jax.random.key(0)
   for bad in ("x", "w", "dy"):

@@ -380,7 +380,7 @@ def test_stochastic_rounding_decides_each_block_on_its_own(axis):
 
 
 def test_on_the_cpu_per_block_work_and_the_codes_are_made_apart():
-  """The emulation's speed on a CPU (`formats.materialized_on_cpu`), read off the compiled programs. XLA:CPU would fuse
+  """The emulation's speed on a CPU (`arithmetic.materialized_on_cpu`), read off the compiled programs. XLA:CPU would fuse
   the E4M3 block scale (a software conversion there) into `quantize_block_scaled`'s elementwise pass and make it once
   per element (8.4 against 3.0 ms for 2048^2), and `quantize_codes`' codes into the packing's strided reads, where the
   loop stops vectorizing (17 against 3 ms)."""

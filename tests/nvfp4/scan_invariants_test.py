@@ -5,7 +5,7 @@ Why: under scan_layers, JAX's partial evaluation of the layer loop computes ever
 once, outside the loop, and passes it in (jax's `_scan_partial_eval`: loop-invariant values are hoisted). A
 `jnp.where(p, 2.0, ...)` branch, a `zeros`, an `iota` or a constant broadcast against an operand then becomes a
 full-size array made before the loop and read by every layer: about 10 GB per GPU and a third of the fused
-backend's elementwise time on the 8B recipe for 4 x GB300 before formats.anchored. No CPU run shows the cost, so this
+backend's elementwise time on the 8B recipe for 4 x GB300 before arithmetic.anchored. No CPU run shows the cost, so this
 reads the jaxpr: every equation whose result has at least one element per block must depend on an input.
 """
 
