@@ -10,7 +10,7 @@ STUDY_ARGS :=
 DEVICE := cpu
 
 .DEFAULT_GOAL := help
-.PHONY: help setup test test-cpu test-fast test-te test-export quickstart study
+.PHONY: help setup test test-cpu test-fast test-te test-export quickstart study study-attention
 
 help: ## List the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-11s %s\n", $$1, $$2}'
@@ -44,6 +44,10 @@ quickstart: setup ## bf16/fp8/te_nvfp4/te_nvfp4_no_rht on the local corpus (6-9 
 
 # DEVICE=gpu trains in .venv-gpu (built by ./setup.sh --gpu), on configs/study_gpu.yml.
 STUDY_PY := $(if $(filter gpu,$(DEVICE)),$(GPU_VENV)/bin/python,$(PY))
+
+study-attention: ## bf16, fp8, the MLP-only recipe, FP8 and NVFP4 attention projections x 3 seeds (about 25 min on 2 CPU cores), in results/study-attention/
+	./setup.sh
+	$(PY) -m MaxText.quickstart --study --precisions bf16 fp8 te_nvfp4 te_nvfp4_fp8attn te_nvfp4_all --out results/study-attention $(STUDY_ARGS)
 
 study: ## The quickstart model in 6 precisions x 3 seeds, one report with intervals (24 min on 2 CPU cores; DEVICE=gpu: larger, on a GPU), in results/study/
 	$(if $(filter gpu,$(DEVICE)),./setup.sh --gpu --venv $(GPU_VENV),./setup.sh)

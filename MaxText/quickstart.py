@@ -123,6 +123,25 @@ STUDY_PRECISIONS = PRECISIONS + (
 )
 STUDY_NAMES = tuple(p.name for p in STUDY_PRECISIONS)
 
+#: `make study-attention`: what the attention projections' precision costs, beside fp8 and the MLP-only recipe
+#: (docs/quickstart.md#make-study-attention): FP8 projections (the default pair's), and NVFP4 ones (every dense GEMM
+#: in NVFP4, as upstream maxtext's te_nvfp4).
+ATTENTION_PRECISIONS = (
+    Precision(
+        name="te_nvfp4_fp8attn",
+        overrides=("quantization=te_nvfp4", "nvfp4_attention_precision=fp8", f"nvfp4_stats_interval={STATS_INTERVAL}"),
+        description="te_nvfp4 with the attention projections in FP8",
+    ),
+    Precision(
+        name="te_nvfp4_all",
+        overrides=("quantization=te_nvfp4", "nvfp4_attention_precision=nvfp4", f"nvfp4_stats_interval={STATS_INTERVAL}"),
+        description="te_nvfp4 with the attention projections in NVFP4 too: every dense GEMM in NVFP4",
+    ),
+)
+ATTENTION_STUDY_NAMES = (BASELINE, "fp8", "te_nvfp4", *(p.name for p in ATTENTION_PRECISIONS))
+#: Every precision a run can be named by (--precisions).
+ALL_PRECISIONS = STUDY_PRECISIONS + ATTENTION_PRECISIONS
+
 #: Per `--device`: the maxtext keys that say where the runs train (configs/tiny.yml says hardware: cpu).
 DEVICE_OVERRIDES: dict[str, tuple[str, ...]] = {"cpu": (), "gpu": ("hardware=gpu",)}
 
@@ -332,8 +351,9 @@ def _parse_args(argv: Iterable[str] | None) -> argparse.Namespace:
                       help="model/schedule YAML (default: configs/quickstart.yml; --device gpu: configs/study_gpu.yml)")
   parser.add_argument("--steps", type=int, default=None, help="training steps per run (default: the config's)")
   parser.add_argument(
-      "--precisions", nargs="+", choices=STUDY_NAMES, default=None,
-      help=f"runs to train; {BASELINE} (the baseline) is always one (default: the first four; --study: all six)",
+      "--precisions", nargs="+", choices=tuple(x.name for x in ALL_PRECISIONS), default=None,
+      help=f"runs to train; {BASELINE} (the baseline) is always one (default: the first four; --study: the six of "
+      "make study; make study-attention names its five)",
   )  # fmt: skip
   parser.add_argument("--study", action="store_true",
                       help=f"`make study`: all six precisions, each over --seeds (default: "
@@ -370,7 +390,7 @@ def planned_runs(args: argparse.Namespace) -> list[Run]:
     raise QuickstartError("--smoke checks the machinery on one seed; drop --seeds/--study")
   default = SMOKE_PRECISIONS if args.smoke else (STUDY_NAMES if args.study else PRECISION_NAMES)
   wanted = set(args.precisions or default) | {BASELINE}
-  precisions = [p for p in STUDY_PRECISIONS if p.name in wanted]
+  precisions = [p for p in ALL_PRECISIONS if p.name in wanted]
   if seeds is None:
     return [Run(p) for p in precisions]
   return [Run(p, seed) for seed in seeds for p in precisions]

@@ -137,7 +137,18 @@ def test_late_switch_step_scales_with_the_run():
   assert plain.overrides_for(451) == plain.overrides
 
 
-@pytest.mark.parametrize("precision", quickstart.STUDY_PRECISIONS, ids=lambda p: p.name)
+def test_the_attention_study_names_its_five_precisions():
+  """`make study-attention`'s runs: bf16 first, then fp8, the MLP-only recipe and the two attention precisions, per
+  seed; the attention runs set the key their name says."""
+  args = quickstart._parse_args(["--study", "--precisions", *quickstart.ATTENTION_STUDY_NAMES])  # pylint: disable=protected-access
+  runs = quickstart.planned_runs(args)
+  assert [r.name for r in runs[:5]] == [f"{n}@0" for n in quickstart.ATTENTION_STUDY_NAMES] and len(runs) == 15
+  keys = {p.name: p.overrides for p in quickstart.ATTENTION_PRECISIONS}
+  assert "nvfp4_attention_precision=nvfp4" in keys["te_nvfp4_all"]
+  assert "nvfp4_attention_precision=fp8" in keys["te_nvfp4_fp8attn"]
+
+
+@pytest.mark.parametrize("precision", quickstart.ALL_PRECISIONS, ids=lambda p: p.name)
 def test_every_study_precision_loads_with_the_quickstart_config(load_config, precision):
   """Each precision's keys are real plugin/maxtext keys with valid values for the quickstart model (4 layers)."""
   config = load_config(quickstart.DEFAULT_CONFIG, "vocab_size=1024", *precision.overrides_for(451))
