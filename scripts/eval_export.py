@@ -88,7 +88,7 @@ def _read_safetensors(path: pathlib.Path, containing: str) -> dict[str, np.ndarr
 
 def _nvfp4_weights(export_dir: pathlib.Path) -> dict[str, np.ndarray]:
   """HF module -> the dequantized [out, in] float32 weight of every NVFP4 Linear in a compressed-tensors export."""
-  from MaxText.nvfp4.formats import e2m1_values  # pylint: disable=import-outside-toplevel
+  from MaxText.nvfp4.e2m1 import e2m1_values  # pylint: disable=import-outside-toplevel
 
   tensors: dict[str, np.ndarray] = {}
   for f in sorted(export_dir.glob("*.safetensors")):
