@@ -150,7 +150,8 @@ def exact(config: Any, step: int | None) -> tuple[bool, str]:
   whose attention projections trained in NVFP4 (nvfp4_attention_precision=nvfp4) is said to have them written in
   BF16: the NVFP4 export covers the MLP weights."""
   found, line = _exact(config, step)
-  if settings_of(config).nvfp4 and settings_of(config).attention is Precision.NVFP4:
+  settings = settings_of(config)
+  if settings.nvfp4 and settings.attention is Precision.NVFP4:
     line += ("; the attention projections trained in NVFP4 too, and are written in BF16 (the NVFP4 export covers "
              "MLP weights)")
   return found, line

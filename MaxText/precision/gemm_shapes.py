@@ -118,50 +118,46 @@ def nvfp4_gemm_dims(shape: ModelShape, settings: Settings) -> list[GemmDims]:
 
 
 def _attention_dims(shape: ModelShape, attention: AttentionShape) -> list[GemmDims]:
-  """The attention projections' GEMMs: x (tokens, emb) into the heads, and the heads back out to emb."""
-  emb = shape.emb.size
-  act_emb, act_emb_keys = _split(shape.emb, shape.embed_shards)
-  query, query_keys = _split(attention.query, attention.heads_shards)
-  kv, kv_keys = _split(attention.kv, attention.heads_shards)
+  """The attention projections' GEMMs: query, key and value (or the fused qkv) into the heads, out back to emb."""
+  query = _split(attention.query, attention.heads_shards)
+  kv = _split(attention.kv, attention.heads_shards)
   if attention.fused_qkv:
     qkv = Sized(attention.query.size + 2 * attention.kv.size, f"{attention.query.keys} + 2 x {attention.kv.keys}")
-    projections = [("self_attention/qkv_proj", qkv.size, query + 2 * kv, qkv.keys)]
+    ins = [("self_attention/qkv_proj", qkv.size, query[0] + 2 * kv[0], qkv.keys)]
   else:
-    projections = [("self_attention/query", attention.query.size, query, query_keys),
-                   ("self_attention/key", attention.kv.size, kv, kv_keys),
-                   ("self_attention/value", attention.kv.size, kv, kv_keys)]
-  dims = []
-  for phase, tokens in shape.tokens.items():
-    m, m_keys = _split(tokens, shape.row_shards)
-    for module, n_global, n, n_keys in projections:
-      dims.append(GemmDims(module, phase, m, emb, n, tokens.size, emb, n_global, m_keys, shape.emb.keys, n_keys,
-                           x_cols=act_emb, dy_cols=n, x_cols_keys=act_emb_keys, dy_cols_keys=n_keys))
-    dims.append(GemmDims("self_attention/out", phase, m, query, emb, tokens.size, attention.query.size, emb, m_keys,
-                         query_keys, shape.emb.keys, x_cols=query, dy_cols=act_emb, x_cols_keys=query_keys,
-                         dy_cols_keys=act_emb_keys))
-  return dims
+    ins = [("self_attention/query", attention.query.size, *query), ("self_attention/key", attention.kv.size, *kv),
+           ("self_attention/value", attention.kv.size, *kv)]
+  return _in_and_out(shape, ins, "self_attention/out", attention.query, attention.heads_shards)
 
 
 def _mlp_dims(shape: ModelShape) -> list[GemmDims]:
   """The dense MLP GEMMs: gate/up (or the fused wi) and wo."""
-  emb = shape.emb.size
   mlp_per_shard, mlp_keys = _split(shape.mlp, shape.mlp_shards)
   if shape.fused:
     fused = Sized(shape.num_activations * shape.mlp.size, f"{shape.num_activations} mlp_activations x {mlp_keys}")
-    up = [("mlp/wi", fused.size, fused.size // max(shape.mlp_shards.size, 1), fused.keys)]
+    ins = [("mlp/wi", fused.size, fused.size // max(shape.mlp_shards.size, 1), fused.keys)]
   else:
-    up = [(f"mlp/wi_{i}" if shape.num_activations > 1 else "mlp/wi", shape.mlp.size, mlp_per_shard, mlp_keys)
-          for i in range(shape.num_activations)]
+    ins = [(f"mlp/wi_{i}" if shape.num_activations > 1 else "mlp/wi", shape.mlp.size, mlp_per_shard, mlp_keys)
+           for i in range(shape.num_activations)]
+  return _in_and_out(shape, ins, "mlp/wo", shape.mlp, shape.mlp_shards)
+
+
+def _in_and_out(shape: ModelShape, ins: list[tuple[str, int, int, str]], out: str, hidden: Sized,
+                hidden_shards: Sized) -> list[GemmDims]:
+  """Per phase, the GEMMs that take x (tokens, emb) into a hidden width (`ins`: module, N whole, N per shard, its
+  keys) and the one (`out`) that takes the `hidden` width, split over `hidden_shards`, back to emb: the MLP's shape
+  and the attention projections' alike."""
+  emb = shape.emb.size
   act_emb, act_emb_keys = _split(shape.emb, shape.embed_shards)
+  k, k_keys = _split(hidden, hidden_shards)
   dims = []
   for phase, tokens in shape.tokens.items():
     m, m_keys = _split(tokens, shape.row_shards)
-    for module, n_global, n, n_keys in up:
+    for module, n_global, n, n_keys in ins:
       dims.append(GemmDims(module, phase, m, emb, n, tokens.size, emb, n_global, m_keys, shape.emb.keys, n_keys,
                            x_cols=act_emb, dy_cols=n, x_cols_keys=act_emb_keys, dy_cols_keys=n_keys))
-    dims.append(GemmDims("mlp/wo", phase, m, mlp_per_shard, emb, tokens.size, shape.mlp.size, emb, m_keys, mlp_keys,
-                         shape.emb.keys, x_cols=mlp_per_shard, dy_cols=act_emb, x_cols_keys=mlp_keys,
-                         dy_cols_keys=act_emb_keys))
+    dims.append(GemmDims(out, phase, m, k, emb, tokens.size, hidden.size, emb, m_keys, k_keys, shape.emb.keys,
+                         x_cols=k, dy_cols=act_emb, x_cols_keys=k_keys, dy_cols_keys=act_emb_keys))
   return dims
 
 
