@@ -26,7 +26,6 @@ from typing import Any
 from MaxText.export.mapping import ROUTED, ExportError, layer_of
 from MaxText.integration.cli import not_overridden
 from MaxText.integration.settings import settings_of
-from MaxText.precision.policy import Precision
 from MaxText.precision.taps import CALIBRATION, TAPS
 
 __all__ = ["Calibration", "calibrate", "gemm_path", "measured", "read_input_amax"]
@@ -79,9 +78,10 @@ def calibrate(config: Any, config_path: str, overrides: Sequence[str], checkpoin
               workdir: pathlib.Path) -> Calibration:
   """Runs the calibration (module docstring) in `workdir`; raises ExportError (one line) when it cannot."""
   settings = settings_of(config)
-  if not settings.nvfp4 or settings.mlp is not Precision.NVFP4:
-    raise ExportError(f"--activations calibrate with quantization={settings.quantization or 'none'} and "
-                      f"nvfp4_mlp_precision={settings.mlp.value}: the calibration measures the inputs of the NVFP4 "
+  if not settings.nvfp4 or not settings.nvfp4_gemms:
+    raise ExportError(f"--activations calibrate with quantization={settings.quantization or 'none'}, "
+                      f"nvfp4_mlp_precision={settings.mlp.value} and nvfp4_attention_precision="
+                      f"{settings.attention.value}: the calibration measures the inputs of the NVFP4 "
                       "GEMMs the run trained with, and this run has none; export weight-only (--activations none)")
   if steps < 1:
     raise ExportError(f"--calibration-steps {steps}: use 1 or more")

@@ -58,11 +58,13 @@ def _quantized(w: jax.Array, scaling: Scaling) -> tuple[jax.Array, jax.Array, ja
 
 
 def quantize_weight(w: np.ndarray | jax.Array, dtype: jnp.dtype, two_d: bool) -> QuantizedWeight:
-  """The forward's NVFP4 operand of a Linear weight in Hugging Face layout [out, in] (blocks along `in`).
+  """The forward's NVFP4 operand of a Linear weight, given as the transpose [out, in] of the GEMM's [in, out]
+  operand (blocks along `in`; MaxText.export.moves takes it from maxtext's layout and moves its rows where the
+  conversion moves them).
 
   `w` is cast to the run's compute `dtype` first, as maxtext's layers cast the kernel before the GEMM. A tile or
-  block is the same set of elements in either layout, so quantizing the [out, in] weight gives the transpose of the
-  training forward's [in, out] operand, code for code (tests/export/ checks it against the maxtext layout)."""
+  block is the same set of elements in either layout, so this is the training forward's quantization, code for code
+  (tests/export/ checks it against the maxtext layout)."""
   w = jnp.asarray(w).astype(dtype)
   packed, scale, s_enc, s_dec = _quantized(w, Scaling.TWO_D if two_d else Scaling.ONE_D)
   return QuantizedWeight(np.asarray(packed), np.asarray(scale), np.float32(s_enc), np.float32(s_dec))

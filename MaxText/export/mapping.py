@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import jax
@@ -21,7 +21,7 @@ from MaxText.integration.run_keys import run_keys
 from MaxText.integration.settings import settings_of
 from MaxText.precision.policy import Precision
 
-__all__ = ["ROUTED", "ExportError", "FusedPair", "Model", "exact", "split_fused", "forward_precision", "gemm_class",
+__all__ = ["ROUTED", "ExportError", "FusedPair", "Model", "Piece", "exact", "split_fused", "forward_precision", "gemm_class",
            "hf_tensors", "layer_of", "model_of", "params_only", "converted", "pieces", "precision_of",
            "supported_models"]
 
@@ -77,6 +77,17 @@ def hf_tensors(model: Model, key: str | tuple[str, ...], weight: Any, config: An
   return process_maxtext_param(key, weight, model.param_map, model.hook_fns, model.shapes, config)
 
 
+class _Unsaved:
+  """A config whose weight_dtype is None, which maxtext's conversion reads as "keep the hooks' dtype": a probe in
+  float32 comes back unrounded by a bf16 weight_dtype (MaxText.export.moves reads the query's scale off it)."""
+
+  def __init__(self, config: Any):
+    self._config = config
+
+  def __getattr__(self, name: str) -> Any:
+    return None if name == "weight_dtype" else getattr(self._config, name)
+
+
 def _single_stack(model: Model, key: Any) -> list[str] | None:
   """The HF names of a parameter stacked on one axis (scanned layers, or one unscanned layer's experts), else None."""
   targets = model.param_map[key]
@@ -90,7 +101,18 @@ def pieces(model: Model, key: Any) -> int:
   return len(_single_stack(model, key) or [None])
 
 
-def converted(model: Model, key: Any, weight: Any, config: Any) -> Iterator[list[tuple[str, np.ndarray]]]:
+@dataclasses.dataclass(frozen=True)
+class Piece:
+  """One layer's (or expert's) slice of a checkpoint parameter and its Hugging Face tensors; `probe` is maxtext's
+  conversion of any float32 array shaped like `weight` into the same tensors, kept in float32 (what
+  MaxText.export.moves converts)."""
+
+  weight: Any
+  tensors: list[tuple[str, np.ndarray]]
+  probe: Callable[[Any], list[tuple[str, np.ndarray]]]
+
+
+def converted(model: Model, key: Any, weight: Any, config: Any) -> Iterator[Piece]:
   """`hf_tensors` of one checkpoint parameter, one layer (or expert) at a time where it is stacked on one axis.
 
   Why: maxtext's `process_maxtext_param` slices such a parameter along its stacking axis and converts every slice, then
@@ -99,13 +121,15 @@ def converted(model: Model, key: Any, weight: Any, config: Any) -> Iterator[list
   axis). A parameter stacked on two axes (scanned experts) is converted whole."""
   names = _single_stack(model, key)
   if names is None:
-    yield hf_tensors(model, key, weight, config)
+    yield Piece(weight, hf_tensors(model, key, weight, config), lambda w: hf_tensors(model, key, w, _Unsaved(config)))
     return
   keys = run_keys(config)
   axis = keys.param_scan_axis if keys.scan_layers and np.ndim(weight) > keys.param_scan_axis else 0
   for i, name in enumerate(names):
     piece = jax.lax.index_in_dim(weight, i, axis=axis, keepdims=False)
-    yield hf_tensors(dataclasses.replace(model, param_map={key: name}), key, piece, config)
+    one = dataclasses.replace(model, param_map={key: name})
+    yield Piece(piece, hf_tensors(one, key, piece, config),
+                lambda w, one=one: hf_tensors(one, key, w, _Unsaved(config)))
 
 
 _LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
@@ -113,6 +137,9 @@ _LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 #: (`...-MoeBlock_0-wi_0`, no `-kernel`); dense and shared-expert MLPs are DenseGeneral kernels.
 ROUTED = re.compile(r"(MoeBlock_\d+|moe_block)-(wi_0|wi_1|wo)$")
 _MLP = re.compile(r"-(mlp|shared_experts)-(wi_0|wi_1|wo)-kernel$")
+#: The attention projections: every DenseGeneral kernel of maxtext's attention block (query, key, value, out; MLA's
+#: wq_a, wkv_b, ...), the GEMMs nvfp4_attention_precision decides.
+_ATTENTION = re.compile(r"-self_attention-[^-]+-kernel$")
 
 
 def layer_of(hf_name: str) -> int | None:
@@ -122,20 +149,23 @@ def layer_of(hf_name: str) -> int | None:
 
 
 def gemm_class(key: str) -> str | None:
-  """'experts' (routed), 'mlp' (dense or shared MLP) or None (attention, router, embeddings, norms, head)."""
+  """'experts' (routed), 'mlp' (dense or shared MLP), 'attention' (its projections) or None (router, embeddings,
+  norms, head)."""
   if ROUTED.search(key):
     return "experts"
   if _MLP.search(key):
     return "mlp"
+  if _ATTENTION.search(key):
+    return "attention"
   return None
 
 
 def forward_precision(config: Any, step: int) -> Precision:
-  """The MLP GEMMs' forward precision for the weights of checkpoint `step` (the state after that step), i.e. in the
-  forward of step + 1 that continues from it: BF16 once a late switch (nvfp4_bf16_from_step or
-  nvfp4_bf16_forward_from_step) has passed, else the MLP precision; BF16 for a run without an NVFP4 mode."""
+  """The NVFP4 GEMMs' forward precision for the weights of checkpoint `step` (the state after that step), i.e. in
+  the forward of step + 1 that continues from it: BF16 once a late switch (nvfp4_bf16_from_step or
+  nvfp4_bf16_forward_from_step) has passed, else NVFP4; BF16 for a run without an NVFP4 mode or NVFP4 GEMM."""
   settings = settings_of(config)
-  if not settings.nvfp4 or settings.mlp is not Precision.NVFP4:
+  if not settings.nvfp4 or not settings.nvfp4_gemms:
     return Precision.BF16
   sw = settings.switches
   for switch in (sw.from_step, sw.forward_from_step):
@@ -144,21 +174,18 @@ def forward_precision(config: Any, step: int) -> Precision:
   return Precision.NVFP4
 
 
+def _gemms(config: Any) -> str:
+  """The GEMMs the export writes in NVFP4, in words: 'MLP', 'MLP and attention' or 'attention'."""
+  settings = settings_of(config)
+  return " and ".join(what for what, p in (("MLP", settings.mlp), ("attention", settings.attention))
+                      if p is Precision.NVFP4) or "no"
+
+
 def exact(config: Any, step: int | None) -> tuple[bool, str]:
-  """Whether the export is the training forward's own quantization (an NVFP4 run whose MLP forward at this step
-  was NVFP4), and a line saying which it is; otherwise it is post-training quantization with the same recipe. A run
-  whose attention projections trained in NVFP4 (nvfp4_attention_precision=nvfp4) is said to have them written in
-  BF16: the NVFP4 export covers the MLP weights."""
-  found, line = _exact(config, step)
+  """Whether the export is the training forward's own quantization (an NVFP4 run whose NVFP4 GEMMs' forward at this
+  step was NVFP4), and a line saying which it is; otherwise it is post-training quantization with the same recipe."""
   settings = settings_of(config)
-  if settings.nvfp4 and settings.attention is Precision.NVFP4:
-    line += ("; the attention projections trained in NVFP4 too, and are written in BF16 (the NVFP4 export covers "
-             "MLP weights)")
-  return found, line
-
-
-def _exact(config: Any, step: int | None) -> tuple[bool, str]:
-  settings = settings_of(config)
+  gemms = _gemms(config)
   if not settings.nvfp4:
     return False, (f"quantization={settings.quantization or 'none'}: the run trained without NVFP4; the NVFP4 "
                    "weights are post-training quantization with the recipe's rules")
@@ -166,24 +193,22 @@ def _exact(config: Any, step: int | None) -> tuple[bool, str]:
     return True, ("the checkpoint's step is not known: the forward precision is taken as the recipe's, before any "
                   "late switch")
   if forward_precision(config, step) is Precision.BF16:
-    return False, (f"step {step}: the run's MLP forward had switched to BF16 (nvfp4_bf16_from_step / "
+    return False, (f"step {step}: the run's {gemms} forward had switched to BF16 (nvfp4_bf16_from_step / "
                    "nvfp4_bf16_forward_from_step); the NVFP4 weights are post-training quantization with the recipe")
-  return True, f"step {step}: the MLP forward ran in NVFP4; the NVFP4 weights are the operands it multiplied"
+  return True, f"step {step}: the {gemms} forward ran in NVFP4; the NVFP4 weights are the operands it multiplied"
 
 
 def precision_of(config: Any, key: str, hf_name: str) -> Precision:
-  """The recipe's precision for the HF tensor `hf_name` of checkpoint parameter `key`: NVFP4 for MLP weights (dense,
-  shared and routed experts) of the layers the recipe quantizes; BF16 for the rest, for the BF16 first/last/listed
-  layers, and for experts under nvfp4_moe_experts=bf16. A run trained without NVFP4 gets the recipe of its nvfp4_*
-  keys (post-training quantization with the same rules)."""
+  """The recipe's precision for the HF tensor `hf_name` of checkpoint parameter `key`: NVFP4 for the MLP weights
+  (dense, shared and routed experts) and, under nvfp4_attention_precision=nvfp4, the attention projections, of the
+  layers the recipe quantizes; BF16 for the rest, for the BF16 first/last/listed layers, and for experts under
+  nvfp4_moe_experts=bf16. A run trained without NVFP4 gets the recipe of its nvfp4_* keys (post-training
+  quantization with the same rules)."""
   settings = settings_of(config)
-  kind = gemm_class(key)
-  if kind is None or settings.mlp is not Precision.NVFP4:
-    return Precision.BF16
-  if kind == "experts" and settings.experts is not Precision.NVFP4:
-    return Precision.BF16
+  precision = {"mlp": settings.mlp, "experts": settings.experts, "attention": settings.attention}.get(
+      gemm_class(key) or "", Precision.BF16)
   layer = layer_of(hf_name)
-  if layer is not None and settings.switches.bf16_layer(layer):
+  if precision is not Precision.NVFP4 or (layer is not None and settings.switches.bf16_layer(layer)):
     return Precision.BF16
   return Precision.NVFP4
 

@@ -1,6 +1,7 @@
 # Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
 """One export: the plan (which tensor is written how, checked before anything is read), then the checkpoint one
-parameter at a time through maxtext's conversion, each NVFP4 MLP weight quantized as the training forward did."""
+parameter at a time through maxtext's conversion, each NVFP4 weight (MLP, and attention projections that trained in
+NVFP4) quantized as the training forward did, in its layout, then moved where the conversion moves it (moves.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
-from MaxText.export import layouts, mapping, source
+from MaxText.export import layouts, mapping, moves, source
 from MaxText.export.calibrate import Calibration
 from MaxText.export.layouts import Format
 from MaxText.export.mapping import ExportError
@@ -68,6 +69,9 @@ def _plan(config: Any, model: mapping.Model, keys: list[Any], fmt: Format) -> di
     for name in _names(model.param_map[key]):
       p = mapping.precision_of(config, key_str(key), name) if layouts.LAYOUTS[fmt].quantized else Precision.BF16
       shape = tuple(model.shapes[name])
+      if p is Precision.NVFP4 and isinstance(key, tuple):
+        raise ExportError(f"{name}: maxtext's conversion makes it of several parameters ({', '.join(key)}), so it is "
+                          "no one trained NVFP4 operand; export with --format bf16")
       if p is Precision.NVFP4:
         out_dim, in_dim = shape
         bad = [f"{what} {dim}" for what, dim in (("input features", in_dim), ("output features", out_dim))
@@ -137,19 +141,23 @@ def export(config: Any, out: pathlib.Path, fmt: Format, force: bool = False, pro
         gate, up = state.pop(pair.gate), state.pop(pair.up)
         for gate_piece, up_piece in zip(mapping.converted(model, pair.gate, gate, config),
                                         mapping.converted(model, pair.up, up, config)):
-          for tensors in _fused_pieces(gate_piece, up_piece, plan, dtype, two_d, lambda n, q: nvfp4(n, q, pair.fused)):
+          for tensors in _fused_pieces(gate_piece.tensors, up_piece.tensors, plan, dtype, two_d,
+                                       lambda n, q: nvfp4(n, q, pair.fused)):
             d.write_shard(tensors)
         del gate, up
         continue
       weight = [state.pop(k) for k in key] if isinstance(key, tuple) else state.pop(key)
+      found: list[moves.Move] | None = None  # where the conversion puts the elements: one key's pieces share it
       for piece in mapping.converted(model, key, weight, config):  # one layer or expert at a time where stacked
-        tensors: dict[str, np.ndarray] = {}
-        for name, array in piece:
-          if plan[name] is Precision.NVFP4:
-            tensors.update(nvfp4(name, layouts.quantize_weight(array, dtype, two_d), key_str(key)))
-          else:
-            tensors[name] = array
-        d.write_shard(tensors)
+        written: dict[str, np.ndarray] = {}
+        for i, (name, array) in enumerate(piece.tensors):
+          if plan[name] is not Precision.NVFP4:
+            written[name] = array
+            continue
+          found = found or moves.moves(piece.probe, tuple(np.shape(piece.weight)))
+          q = layouts.quantize_weight(found[i].operand(piece.weight), dtype, two_d)
+          written.update(nvfp4(name, moves.apply(found[i], q), key_str(key)))
+        d.write_shard(written)
       del weight
     nvfp4 = tuple(sorted(n for n, p in plan.items() if p is Precision.NVFP4))
     ignore = tuple(sorted(n for n, p in plan.items() if p is Precision.BF16 and _linear(n, tuple(model.shapes[n]))))

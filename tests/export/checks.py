@@ -34,7 +34,10 @@ ALL_RUNS = {"dense_scanned": [*DENSE, "scan_layers=true"], "moe_scanned": [*MOE,
             # A learning rate that moves gate's and up's amax apart in 3 steps (at tiny.yml's, both stay at their
             # init's largest |w| in bf16): else one scale each and one shared scale would be the same numbers.
             "fused_scanned": [*DENSE, "scan_layers=true", "fused_mlp=true", "learning_rate=0.05"],
-            "fused_unscanned": [*DENSE, "scan_layers=false", "fused_mlp=true", "learning_rate=0.05"]}
+            "fused_unscanned": [*DENSE, "scan_layers=false", "fused_mlp=true", "learning_rate=0.05"],
+            # Attention projections in NVFP4, with a head_dim whose square root (the query's scale in maxtext's
+            # conversion) is not a power of two, and whose RoPE row order moves rows across 16-row tiles.
+            "attention_scanned": [*DENSE, "head_dim=32", "scan_layers=true", "nvfp4_attention_precision=nvfp4"]}
 LAYERS, EXPERTS, STEP = 2, 4, 2
 #: Logits of transformers and maxtext on the same float32 weights: only the order of float32 operations differs
 #: (measured 2.0e-6 on the NVFP4 export, 1.9e-6 on the bf16 one; NVFP4 itself moves these logits by 0.67).
@@ -78,33 +81,54 @@ def parameters(overrides: list[str]) -> dict[str, np.ndarray]:
 
 
 def _maxtext_weights(params: dict[str, np.ndarray], run: str
-                     ) -> Iterator[tuple[str, np.ndarray, str, slice]]:
+                     ) -> Iterator[tuple[str, np.ndarray, str, Any, np.float32]]:
   """(HF module, the [in, out] kernel one NVFP4 GEMM multiplied, its maxtext parameter, the module's rows of it in HF
-  layout [out, in]) for every MLP GEMM, read from maxtext's layout here (layer axis 1 when scanned; experts first; a
-  fused gate/up kernel [in, 2, out] is one GEMM of [in, 2 x out], gate its first half), not through the export's
-  mapping."""
+  layout [out, in], the factor HF's weight carries) for every NVFP4 GEMM, read from maxtext's layout here (layer
+  axis 1 when scanned; experts first; a fused gate/up kernel [in, 2, out] is one GEMM of [in, 2 x out], gate its
+  first half), not through the export's mapping."""
   scanned = run.endswith("_scanned")
-  every = slice(None)
+  every, one = slice(None), np.float32(1)
+
+  def kernel(name: str, layer: int) -> tuple[str, np.ndarray]:
+    key = f"params-decoder-layers-{name}" if scanned else f"params-decoder-layers_{layer}-{name}"
+    return key, params[key][:, layer] if scanned else params[key]
+
   for layer in range(LAYERS):
     if run.startswith("fused"):
-      key = "params-decoder-layers-mlp-wi-kernel" if scanned else f"params-decoder-layers_{layer}-mlp-wi-kernel"
-      w = params[key][:, layer] if scanned else params[key]
+      key, w = kernel("mlp-wi-kernel", layer)
       half = w.shape[-1]
       for i, hf in enumerate(("gate_proj", "up_proj")):
-        yield f"model.layers.{layer}.mlp.{hf}", w.reshape(w.shape[0], -1), key, slice(i * half, (i + 1) * half)
-      key = "params-decoder-layers-mlp-wo-kernel" if scanned else f"params-decoder-layers_{layer}-mlp-wo-kernel"
-      yield f"model.layers.{layer}.mlp.down_proj", params[key][:, layer] if scanned else params[key], key, every
-    elif run.startswith("dense"):
+        yield f"model.layers.{layer}.mlp.{hf}", w.reshape(w.shape[0], -1), key, slice(i * half, (i + 1) * half), one
+      key, w = kernel("mlp-wo-kernel", layer)
+      yield f"model.layers.{layer}.mlp.down_proj", w, key, every, one
+    elif run.startswith(("dense", "attention")):
       for mt, hf in (("wi_0", "gate_proj"), ("wi_1", "up_proj"), ("wo", "down_proj")):
-        key = f"params-decoder-layers-mlp-{mt}-kernel" if scanned else f"params-decoder-layers_{layer}-mlp-{mt}-kernel"
-        w = params[key][:, layer] if scanned else params[key]
-        yield f"model.layers.{layer}.mlp.{hf}", w, key, every
+        key, w = kernel(f"mlp-{mt}-kernel", layer)
+        yield f"model.layers.{layer}.mlp.{hf}", w, key, every, one
+      if run.startswith("attention"):
+        yield from _attention_weights(kernel, layer)
     else:
       for mt, hf in (("wi_0", "w1"), ("wi_1", "w3"), ("wo", "w2")):
         key = f"params-decoder-layers-MoeBlock_0-{mt}" if scanned else f"params-decoder-layers_{layer}-MoeBlock_0-{mt}"
         for e in range(EXPERTS):
           w = params[key][e, layer] if scanned else params[key][e]
-          yield f"model.layers.{layer}.block_sparse_moe.experts.{e}.{hf}", w, key, every
+          yield f"model.layers.{layer}.block_sparse_moe.experts.{e}.{hf}", w, key, every, one
+
+
+def _attention_weights(kernel: Callable[[str, int], tuple[str, np.ndarray]], layer: int
+                       ) -> Iterator[tuple[str, np.ndarray, str, Any, np.float32]]:
+  """The attention projections of one layer, as _maxtext_weights yields them. Hugging Face's Llama holds each head's
+  query and key rows with RoPE's pairs split into halves (maxtext interleaves them: dims 0, 2, 4, ... then 1, 3, ...)
+  and its query times sqrt(head_dim) (maxtext folds 1/sqrt(head_dim) into the query kernel)."""
+  for mt, hf in (("query", "q_proj"), ("key", "k_proj"), ("value", "v_proj"), ("out", "o_proj")):
+    key, w = kernel(f"self_attention-{mt}-kernel", layer)
+    heads, head_dim = (w.shape[1], w.shape[2]) if mt != "out" else w.shape[:2]
+    matrix = w.reshape(-1, w.shape[-1]) if mt == "out" else w.reshape(w.shape[0], -1)
+    halves = np.concatenate([np.arange(0, head_dim, 2), np.arange(1, head_dim, 2)])
+    rope = (np.arange(heads)[:, None] * head_dim + halves[None, :]).reshape(-1)
+    rows = rope if mt in ("query", "key") else slice(None)
+    factor = np.float32(np.sqrt(head_dim)) if mt == "query" else np.float32(1)
+    yield f"model.layers.{layer}.self_attn.{hf}", matrix, key, rows, factor
 
 
 def _forward_operand(w: np.ndarray) -> dict[str, np.ndarray]:
@@ -137,8 +161,11 @@ def check_weights(export: pathlib.Path, params: dict[str, np.ndarray], run: str,
   modules = {k.split("|")[0] for k in got.files}
   expected = list(_maxtext_weights(params, run))
   assert modules == {m for m, *_ in expected}, sorted(modules ^ {m for m, *_ in expected})
-  for module, w, _, rows in expected:
+  for module, w, _, rows, factor in expected:
     want = {k: v[rows] if isinstance(v, np.ndarray) else v for k, v in _forward_operand(w).items()}
+    # maxtext's conversion scales the weight by `factor`: codes and block scales stay, the tensor scale takes it.
+    want.update(s_enc=np.float32(want["s_enc"] / factor), s_dec=np.float32(want["s_dec"] * factor),
+                dequantized=want["dequantized"] * factor)
     assert np.array_equal(got[f"{module}|packed"], want["packed"]), f"{module}: packed codes differ"
     assert np.array_equal(got[f"{module}|scale"], want["scale"]), f"{module}: block scales differ"
     deq = got[f"{module}|dequantized"]
@@ -183,7 +210,7 @@ def _maxtext_logits(overrides: list[str], params: dict[str, np.ndarray], run: st
   checkpoint = source.find_checkpoint(config)
   tree = load_orbax_checkpoint(source.reader_config(config, checkpoint))["params"]["params"]
   if replace is not None:
-    for key in dict.fromkeys(key for _, _, key, _ in _maxtext_weights(params, run)):
+    for key in dict.fromkeys(key for _, _, key, *_ in _maxtext_weights(params, run)):
       node = tree
       parts = key.removeprefix("params-").split("-")
       for part in parts[:-1]:

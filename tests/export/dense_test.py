@@ -230,12 +230,10 @@ def test_metadata_names_the_source_the_nvfp4_tensors_and_each_files_checksum(tra
 
 @pytest.mark.slow
 @pytest.mark.parametrize("more, exact, says", [
-    (["nvfp4_bf16_from_step=4"], True, "ran in NVFP4"),
+    (["nvfp4_bf16_from_step=4"], True, "the MLP forward ran in NVFP4"),
     (["nvfp4_bf16_from_step=3"], False, "switched to BF16"),  # checkpoint 2 feeds step 3's forward
     (["nvfp4_bf16_forward_from_step=1"], False, "switched to BF16"),
     (["quantization="], False, "trained without NVFP4"),
-    # Attention projections trained in NVFP4: said to be written in BF16 (the NVFP4 export covers MLP weights).
-    (["nvfp4_attention_precision=nvfp4"], True, "attention projections trained in NVFP4 too, and are written in BF16"),
 ])
 def test_the_forward_precision_at_the_step_decides_exact_or_post_training(more, exact, says, trained, tmp_path):
   summary = export(trained["dense_scanned"], tmp_path / "ct", "compressed-tensors", *more)
@@ -288,7 +286,8 @@ def test_bad_input_raises_before_anything_is_written(trained, tmp_path):
   with pytest.raises(ExportError, match="--activations calibrate with --format bf16"):
     run.export(config, tmp_path / "c", Format.BF16, progress=False, calibrate=lambda _: pytest.fail("measured"))
   fp8 = config_of(trained["dense_scanned"], "quantization=fp8")
-  with pytest.raises(ExportError, match="quantization=fp8 and nvfp4_mlp_precision=nvfp4: the calibration measures"):
+  with pytest.raises(ExportError, match="quantization=fp8, nvfp4_mlp_precision=nvfp4 and nvfp4_attention_precision="
+                                        "bf16: the calibration measures"):
     calibrate.calibrate(fp8, str(helpers.TINY_YML), [], tmp_path / "ckpt", 2, tmp_path / "work")
   assert sorted(p.name for p in tmp_path.iterdir()) == ["full"]
 

@@ -30,7 +30,7 @@ def _global_scales(export_dir, layer: int, suffix: str) -> tuple[float, float]:
 @pytest.mark.parametrize("run", list(RUNS))
 def test_gate_and_up_are_the_halves_of_the_fused_operand(trained, tmp_path, run):
   params = parameters(trained[run])
-  halves = [(np.abs(w[:, rows].astype("bfloat16")).max()) for m, w, _, rows in checks._maxtext_weights(params, run)
+  halves = [(np.abs(w[:, rows].astype("bfloat16")).max()) for m, w, _, rows, _ in checks._maxtext_weights(params, run)
             if not m.endswith("down_proj")]  # pylint: disable=protected-access
   if run == "fused_scanned":  # separate scales would differ here (unscanned, every half's bf16 amax is 0.361328)
     assert any(g != u for g, u in zip(halves[0::2], halves[1::2])), halves

@@ -110,12 +110,14 @@ def test_bad_statistics_settings_fail_at_load(overrides, expected):
 
 @pytest.mark.slow
 def test_statistics_through_the_trainer_leave_the_losses_unchanged(tmp_path: pathlib.Path, jax_cache_dir) -> None:
-  """3 layers, statistics and the audit every 2 steps, 5 steps, every GEMM in BF16 from step 4: steps 0 and 2 carry 3
-  layers x 3 GEMMs x 5 operands x 4 statistics, in range, and the audit's counts, all zero; steps 1 and 3 none, nor
-  step 4 (the switch step: nothing is quantized); the losses equal those of the same run without either bit for
-  bit."""
+  """3 layers, the MLP and attention projections in NVFP4, statistics and the audit every 2 steps, 5 steps, every
+  GEMM in BF16 from step 4: steps 0 and 2 carry 3 layers x 7 GEMMs (the MLP's 3, the attention projections' 4) x 5
+  operands x 4 statistics, in range, and the audit's counts, all zero; steps 1 and 3 none, nor step 4 (the switch
+  step: nothing is quantized); the losses equal those of the same run without either bit for bit."""
   common = ["quantization=te_nvfp4", "nvfp4_backend=emulated", "steps=5", "base_num_decoder_layers=3",
-            "enable_tensorboard=true", "nvfp4_bf16_from_step=4"]
+            "enable_tensorboard=true", "nvfp4_bf16_from_step=4", "nvfp4_attention_precision=nvfp4"]
+  gemms = [*(f"mlp/{g}" for g in ("wi_0", "wi_1", "wo")),
+           *(f"self_attention/{g}" for g in ("query", "key", "value", "out"))]
   losses, rows = {}, {}
   for name, extra in (("stats", ["nvfp4_stats_interval=2", "nvfp4_audit_interval=2"]), ("plain", [])):
     run = train_cli([f"run_name={name}", f"base_output_directory={tmp_path}",
@@ -132,11 +134,11 @@ def test_statistics_through_the_trainer_leave_the_losses_unchanged(tmp_path: pat
       assert not stats and not audited, row["step"]
       continue
     # The emulated backend's audit holds its quantizer against itself: every operand of every GEMM, all zero.
-    assert set(audited) == {f"nvfp4/audit/layer_{i:02d}/mlp/{g}/{o}/{c}" for i in range(3)
-                            for g in ("wi_0", "wi_1", "wo") for o in GEMM_OPERANDS for c in ("codes", "scales", "amax")}
+    assert set(audited) == {f"nvfp4/audit/layer_{i:02d}/{g}/{o}/{c}" for i in range(3)
+                            for g in gemms for o in GEMM_OPERANDS for c in ("codes", "scales", "amax")}
     assert not any(audited.values()), audited
-    names = {f"nvfp4/layer_{i:02d}/mlp/{g}/{o}/{s}" for i in range(3) for g in ("wi_0", "wi_1", "wo")
-             for o in GEMM_OPERANDS for s in STAT_NAMES}
+    names = {f"nvfp4/layer_{i:02d}/{g}/{o}/{s}" for i in range(3) for g in gemms for o in GEMM_OPERANDS
+             for s in STAT_NAMES}
     assert set(stats) == names
     for key, value in stats.items():
       stat = key.rsplit("/", 1)[1]
