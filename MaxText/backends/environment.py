@@ -1,11 +1,9 @@
 # Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
-"""Chooses the NVFP4 backend: TransformerEngine on Blackwell, the pure-JAX emulation elsewhere.
+"""What a machine can run: its GPUs and whether TransformerEngine runs NVFP4 there, the facts the backend is chosen
+against (MaxText.backends.table.resolve_backend: TransformerEngine on Blackwell, the pure-JAX emulation elsewhere).
 
-`auto` never falls back silently: the choice and its reason are logged in one line. `te` where TE cannot run
-is an error raised when the config loads, before anything compiles.
-
-The choice is made against an `Environment`: this machine's (`probe_environment`, probed once per process), or one
-a caller answers with for a machine that is not here (`answering`: the pre-flight compiles for B200s on a CPU).
+An `Environment` is this machine's (`probe_environment`, probed once per process), or one a caller answers with for
+a machine that is not here (`answering`: the pre-flight compiles for B200s on a CPU).
 """
 
 import contextlib
@@ -13,15 +11,9 @@ import contextvars
 import dataclasses
 import functools
 import importlib
-import logging
 from collections.abc import Iterator
 
 import jax
-
-from MaxText.precision.modes import Backend
-
-_LOG = logging.getLogger(__name__)
-_logged: set[str] = set()  # maxtext builds the model several times; say the choice once per process
 
 #: NVFP4 needs compute capability >= 10.0 (Blackwell); TE refuses Hopper (9.0) for NVFP4.
 MIN_COMPUTE_CAPABILITY = 10.0
@@ -111,27 +103,3 @@ def te_unavailable_reason(env: Environment) -> str | None:
   if env.te_nvfp4_error:
     return f"TransformerEngine's support check refuses NVFP4 here: {env.te_nvfp4_error}"
   return None
-
-
-def resolve_backend(requested: Backend | str, env: Environment) -> Backend:
-  """Returns TE, EMULATED or FUSED for the configured `nvfp4_backend` in the environment `env` (usually
-  `current()`); auto never picks FUSED.
-
-  Raises:
-    ValueError: nvfp4_backend=te where TE cannot run (names the reason and the emulated alternative).
-  """
-  requested = Backend(requested)
-  if requested in (Backend.EMULATED, Backend.FUSED):  # jax alone: they run wherever jax does
-    return requested
-  reason = te_unavailable_reason(env)
-  if requested is Backend.TE:
-    if reason:
-      raise ValueError(f"nvfp4_backend=te cannot run here: {reason}. Use nvfp4_backend=emulated (pure JAX, any "
-                       "hardware) or nvfp4_backend=auto.")
-    return Backend.TE
-  chosen = Backend.EMULATED if reason else Backend.TE
-  line = f"nvfp4_backend=auto -> {chosen.value} ({reason or 'TransformerEngine imports and every GPU is Blackwell'})"
-  if line not in _logged:
-    _logged.add(line)
-    _LOG.warning(line)
-  return chosen

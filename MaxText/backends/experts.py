@@ -16,10 +16,11 @@ integration layer (MaxText.integration.moe) routes maxtext's calls here; nothing
 The router (GateLogit, a dot_general with axes ("embed", None)) and shared experts (DenseGenerals with MLP axes)
 go through the dense policy: router unquantized, shared experts by the MLP rule.
 
-TransformerEngine: TE 2.20.2's JAX grouped GEMM supports BF16, FP8 and MXFP8 only, so `expert_gemms(Backend.TE)`
-is None and the config validator requires nvfp4_moe_experts=bf16 with the TE backend. A TE release with an NVFP4
-grouped GEMM is adopted by returning its implementation from `_te_expert_gemms` (nothing else changes). The fused
-backend runs NVFP4 experts on Blackwell without one: TE's dense NVFP4 GEMM once per expert (`_fused_expert_gemms`).
+TransformerEngine: TE 2.20.2's JAX grouped GEMM supports BF16, FP8 and MXFP8 only, so `te_expert_gemms()` is None
+and the config validator requires nvfp4_moe_experts=bf16 with the TE backend. A TE release with an NVFP4 grouped
+GEMM is adopted by returning its implementation from `te_expert_gemms` (MaxText.backends.table maps each backend to
+its expert GEMMs; nothing else changes). The fused backend runs NVFP4 experts on Blackwell without one: TE's dense
+NVFP4 GEMM once per expert (`fused_expert_gemms`).
 """
 
 from __future__ import annotations
@@ -36,19 +37,19 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from MaxText.backends import dense, emulated, pipeline
+from MaxText.backends import emulated, pipeline
 from MaxText.backends.emulated import unquantized
 from MaxText.backends.sr import sr_key
 from MaxText.backends.stages import Core
+from MaxText.backends.te_gemm import fused_gemm
 from MaxText.nvfp4 import audit, grouped
 from MaxText.nvfp4.gemm import MATMUL_DIMS as EXPERT_DIMS  # one expert's GEMM x_e (rows, K) . w_e (K, N): the plain one
 from MaxText.nvfp4.gemm import GemmRecipe
-from MaxText.precision.modes import Backend
-from MaxText.precision.policy import Precision
 from MaxText.precision.settings import Settings
 
-__all__ = ["EXPERT_GEMMS", "ExpertCall", "ExpertGemms", "ExpertState", "JAX_RAGGED_DOT", "TE_MISSING", "active_call",
-           "expert_call", "expert_einsum", "expert_gemms", "expert_plan", "grouped_gemm", "is_expert_kernel"]
+__all__ = ["EMULATED", "EXPERT_GEMMS", "ExpertCall", "ExpertGemms", "ExpertState", "JAX_RAGGED_DOT", "TE_MISSING",
+           "active_call", "expert_call", "expert_einsum", "fused_expert_gemms", "grouped_gemm", "is_expert_kernel",
+           "te_expert_gemms"]
 
 #: `quant.einsum(mesh_axes=...)` serves two kinds of right-hand sides in RoutedMoE.dense_matmul: expert kernels,
 #: always 3-D (E, K, N) with axes such as ("exp", "embed_moe", "mlp_moe"), ("exp", None, "mlp") (capacity path),
@@ -73,41 +74,26 @@ class ExpertGemms:
   core: Callable[..., Core]  # (x_e, w_e, dimension_numbers, recipe) -> one expert's core GEMM
 
 
-_EMULATED = ExpertGemms("MaxText.nvfp4.grouped emulation (per-expert amax)", grouped.grouped_matmul,
+EMULATED = ExpertGemms("MaxText.nvfp4.grouped emulation (per-expert amax)", grouped.grouped_matmul,
                         grouped.batched_expert_matmul, emulated.core)
 #: Why the TE backend has no NVFP4 expert GEMMs (docs/numerics.md#transformerengine-shape-and-hardware-rules).
 TE_MISSING = ("TransformerEngine 2.20.2's JAX grouped GEMM supports BF16, FP8 and MXFP8 only (no NVFP4), and "
               "maxtext's te_moe_block accepts te_mxfp8 or te_no_quant only")
 
 
-def _te_expert_gemms() -> ExpertGemms | None:
+def te_expert_gemms() -> ExpertGemms | None:
   """TE's NVFP4 grouped GEMMs, the one place to adopt them: None while TE has none (TE_MISSING)."""
   return None
 
 
-def _fused_expert_gemms() -> ExpertGemms:
+def fused_expert_gemms() -> ExpertGemms:
   """The fused backend's expert GEMMs: the emulation's per-expert slabs (the same quantizer, the same per-expert
   amaxes), each expert's GEMM on codes and scales, mapped over the experts (jax.vmap): one jax.nn.scaled_matmul
-  batched over them, or on Blackwell one TE NVFP4 GEMM per expert (dense.fused_gemm; MaxText.backends.te_gemm)."""
-  gemm, name = dense.fused_gemm()
+  batched over them, or on Blackwell one TE NVFP4 GEMM per expert (MaxText.backends.te_gemm.fused_gemm)."""
+  gemm, name = fused_gemm()
   return ExpertGemms(f"MaxText.nvfp4 quantizer per expert + {name} mapped over the experts (fused)",
                      grouped.grouped_matmul, grouped.batched_expert_matmul,
                      functools.partial(emulated.core, block_gemm=gemm))
-
-
-def expert_gemms(backend: Backend) -> ExpertGemms | None:
-  """The expert GEMM implementation of a backend, or None where the backend has no NVFP4 grouped GEMM."""
-  if backend is Backend.FUSED:
-    return _fused_expert_gemms()
-  return _EMULATED if backend is Backend.EMULATED else _te_expert_gemms()
-
-
-def expert_plan(precision: Precision, backend: Backend) -> tuple[Precision, str]:
-  """(precision, implementation) of the routed-expert GEMMs, for the precision plan."""
-  if precision is not Precision.NVFP4:
-    return Precision.BF16, "maxtext RoutedMoE matmuls (unquantized, nvfp4_moe_experts=bf16 or MLP bf16)"
-  gemms = expert_gemms(backend)
-  return precision, (gemms.name if gemms else f"none: {TE_MISSING}")
 
 
 # ---------------------------------------------------------------------------------------------------------------

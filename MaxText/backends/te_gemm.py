@@ -25,10 +25,19 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from MaxText.backends import environment
+from MaxText.nvfp4.gemm import BlockScaledGemm, scaled_matmul_gemm
 from MaxText.nvfp4.quantize import BlockCodes
 
-__all__ = ["te_block_scaled_gemm"]
+__all__ = ["fused_gemm", "te_block_scaled_gemm"]
 
+
+def fused_gemm() -> tuple[BlockScaledGemm, str]:
+  """The fused backend's block-scaled GEMM in the environment the model is built for (environment.current()), and
+  its name: TransformerEngine's cuBLASLt NVFP4 GEMM where TE runs NVFP4 (Blackwell), else jax.nn.scaled_matmul."""
+  if environment.te_unavailable_reason(environment.current()) is None:
+    return te_block_scaled_gemm, "TransformerEngine NVFP4 GEMM (te_gemm_v2_ffi)"
+  return scaled_matmul_gemm, "jax.nn.scaled_matmul"
 
 
 def te_block_scaled_gemm(a: BlockCodes, a_axis: int, b: BlockCodes, b_axis: int, out_dtype: jnp.dtype) -> jax.Array:

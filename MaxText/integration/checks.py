@@ -13,12 +13,12 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from MaxText.backends import environment
-from MaxText.backends.experts import TE_MISSING, expert_gemms
+from MaxText.backends import environment, table
+from MaxText.backends.experts import TE_MISSING
 from MaxText.integration.shapes import gemm_dims
 from MaxText.nvfp4.formats import BLOCK_SIZE
 from MaxText.precision.gemm_shapes import block_errors
-from MaxText.precision.modes import Backend, plain
+from MaxText.precision.modes import plain
 from MaxText.precision.policy import Precision
 from MaxText.precision.settings import Settings
 from MaxText.precision.taps import TAPS, Tap
@@ -55,7 +55,7 @@ def check(config: Any, settings: Settings, env: environment.Environment | None =
     raise ValueError(error)
   _check_bf16_layers_and_steps(config, settings)
   # te: raises ValueError naming the reason and nvfp4_backend=emulated; auto: the choice, logged once.
-  on_te = environment.resolve_backend(settings.backend, env) is Backend.TE
+  on_te = table.implementation(table.resolve_backend(settings.backend, env)).te_kernels
   dims = gemm_dims(config, settings)
   errors = block_errors(dims, BLOCK_SIZE, mode)
   if not errors and on_te:  # what TransformerEngine would refuse on Blackwell, per device (precision/te_rules.py)
@@ -148,12 +148,11 @@ def experts_error(config: Any, settings: Settings, env: environment.Environment)
     return None
   where = f"quantization={settings.quantization} with num_experts={num_experts}"
   backend = settings.backend.value
-  if settings.backend is not Backend.EMULATED:
-    resolved = environment.resolve_backend(backend, env)  # "te" where TE cannot run raises its own one-line error
-    if expert_gemms(resolved) is None:
-      return (f"{where} and nvfp4_backend={backend} (-> {resolved.value}): no NVFP4 expert GEMMs on this backend "
-              f"({TE_MISSING}). Set nvfp4_moe_experts=bf16 (experts BF16, dense GEMMs NVFP4) or "
-              "nvfp4_backend=emulated.")
+  resolved = table.resolve_backend(backend, env)  # "te" where TE cannot run raises its own one-line error
+  if table.expert_gemms(resolved) is None:
+    return (f"{where} and nvfp4_backend={backend} (-> {resolved.value}): no NVFP4 expert GEMMs on this backend "
+            f"({TE_MISSING}). Set nvfp4_moe_experts=bf16 (experts BF16, dense GEMMs NVFP4) or "
+            "nvfp4_backend=emulated.")
   unsupported = [(key, getattr(config, key, None), why) for key, why in (
       ("ici_expert_parallelism", "expert parallelism"), ("dcn_expert_parallelism", "expert parallelism"),
       ("num_moe_emb_chunks", "chunked expert GEMMs"), ("use_ring_of_experts", "ring of experts"),

@@ -21,7 +21,7 @@ from typing import Any
 
 from maxtext.layers import nnx_wrappers
 
-from MaxText.backends import experts
+from MaxText.backends import experts, table
 from MaxText.integration import seam
 from MaxText.precision.policy import Precision
 
@@ -100,7 +100,7 @@ def wrap_routed_moe_call(original: Callable[..., Any]) -> Callable[..., Any]:
   def __call__(self, *args, **kwargs):  # pylint: disable=invalid-name
     if not _nvfp4_experts(self):
       return original(self, *args, **kwargs)
-    gemms = experts.expert_gemms(self.quant.backend)
+    gemms = table.expert_gemms(self.quant.backend)
     if gemms is None:  # the config validator refuses this first; kept as the last line of defence
       raise NotImplementedError(f"NVFP4 routed experts on the {self.quant.backend.value} backend: "
                                 f"{experts.TE_MISSING}. Set nvfp4_moe_experts=bf16.")

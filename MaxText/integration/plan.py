@@ -15,7 +15,7 @@ from typing import Any
 from etils import epath
 from flax import nnx
 
-from MaxText.backends.dense import implementation_name
+from MaxText.backends.table import implementation_name
 from MaxText.integration import artifacts
 from MaxText.integration.quant import Nvfp4Quantization
 from MaxText.precision import switches

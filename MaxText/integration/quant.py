@@ -3,7 +3,7 @@
 
 maxtext's hook (layers/linears.py): `DenseGeneral` asks `quant.dot_general_cls(mesh_axes=kernel_axes)` for a
 Linen module class; RoutedMoE asks `quant.einsum(mesh_axes=...)` (sparse_matmul=false). This module holds no
-numerics: it maps the settings to the backends' table (MaxText.backends.dense) and expert einsums.
+numerics: it maps the settings to the backends' table (MaxText.backends.table) and expert einsums.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import flax.linen as nn
 import jax.numpy as jnp
 from maxtext.layers import quantizations
 
-from MaxText.backends import environment, experts
-from MaxText.backends.dense import module_class
+from MaxText.backends import environment, experts, table
+from MaxText.backends.table import module_class
 from MaxText.integration.settings import settings_of
 from MaxText.precision.modes import Backend
 from MaxText.precision.policy import Precision, PrecisionPolicy
@@ -52,7 +52,7 @@ class Nvfp4Quantization(quantizations.Quantization):
 
   def get_block_size(self) -> int:
     """Rows of DenseGeneral's dummy init input: a multiple of NVFP4's block (TE's RHT kernel wants 128)."""
-    return 128 if self.backend is Backend.TE else self.policy.recipe.format.block_size
+    return 128 if table.implementation(self.backend).te_kernels else self.policy.recipe.format.block_size
 
   def dot_general_cls(self, mesh_axes: tuple[str | None, ...] = ()) -> type[nn.Module]:
     return module_class(self.policy.precision_for(tuple(mesh_axes)), self.backend, self.settings)
@@ -65,7 +65,7 @@ class Nvfp4Quantization(quantizations.Quantization):
 
   def expert_plan(self) -> tuple[Precision, str]:
     """(precision, implementation) of the routed-expert GEMMs, for the precision plan."""
-    return experts.expert_plan(self.experts, self.backend)
+    return table.expert_plan(self.experts, self.backend)
 
 
 def quantization_from_config(config: Any, quant_mode_str: str = "train") -> Nvfp4Quantization:
@@ -80,4 +80,4 @@ def quantization_from_config(config: Any, quant_mode_str: str = "train") -> Nvfp
     raise NotImplementedError(f"quantization={settings.quantization} supports training only; got quant_mode "
                               f"{quant_mode_str!r} (serve/convert). Serve the trained BF16/FP32 weights instead.")
   return Nvfp4Quantization(settings=settings,
-                           backend=environment.resolve_backend(settings.backend, environment.current()))
+                           backend=table.resolve_backend(settings.backend, environment.current()))

@@ -17,10 +17,9 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
-from MaxText.backends import environment
+from MaxText.backends import environment, table
 from MaxText.integration import cli, loading
 from MaxText.integration.settings import settings_of
-from MaxText.precision.modes import Backend
 from MaxText.preflight import PROG, deviceless, programs, report
 from MaxText.preflight.targets import TARGETS
 
@@ -95,4 +94,4 @@ def te_nvfp4(config: Any) -> bool:
   resolved for the environment being answered: call it inside `environment.answering(target_environment(...))`)."""
   settings = settings_of(config)
   return (settings.nvfp4 and settings.nvfp4_gemms
-          and environment.resolve_backend(settings.backend, environment.current()) is Backend.TE)
+          and table.implementation(table.resolve_backend(settings.backend, environment.current())).te_kernels)

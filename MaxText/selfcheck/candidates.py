@@ -176,7 +176,7 @@ class Fused:
   """The fused backend (nvfp4_backend=fused) as the candidate: our quantizer, the emulator's (so the quantization
   check holds it against itself and the float64 reference, as for the emulator), and its block-scaled GEMM on codes
   and scales, which the GEMM check holds against float64 products: TE's cuBLASLt NVFP4 GEMM where TE runs NVFP4
-  (MaxText.backends.te_gemm), jax.nn.scaled_matmul elsewhere (MaxText.backends.dense.fused_gemm picks it)."""
+  (MaxText.backends.te_gemm), jax.nn.scaled_matmul elsewhere (MaxText.backends.te_gemm.fused_gemm picks it)."""
 
   block_gemm: BlockScaledGemm
   gemm_name: str

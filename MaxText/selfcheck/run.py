@@ -11,12 +11,11 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from MaxText.backends import dense, environment
+from MaxText.backends import environment, table
 from MaxText.integration.settings import settings_of
 from MaxText.integration.shapes import gemm_dims
 from MaxText.nvfp4.gemm import MATMUL_DIMS, GemmRecipe, nvfp4_dot_general
 from MaxText.nvfp4.operands import gemm_operands
-from MaxText.precision.modes import Backend
 from MaxText.preflight import kernels as kernels_lib
 from MaxText.preflight import library
 from MaxText.preflight.classify import Math
@@ -109,8 +108,9 @@ def _candidate(settings: Any, env: environment.Environment, te_runs: bool, fault
     return Emulator(fault)
   if variant is not None:
     return OrderVariant()
-  if environment.resolve_backend(settings.backend, env) is Backend.FUSED:
-    return Fused(*dense.fused_gemm())  # env is environment.current(), which fused_gemm reads
+  block_gemm = table.implementation(table.resolve_backend(settings.backend, env)).block_gemm
+  if block_gemm is not None:
+    return Fused(*block_gemm())  # env is environment.current(), which the block GEMM's choice reads
   return TransformerEngine(settings.recipe) if te_runs else Emulator()
 
 
@@ -162,14 +162,15 @@ def compile_only(config_path: str, overrides: Sequence[str], target: str, device
   with environment.answering(library.target_environment(target, devices)):
     config = library.load_config(config_path, overrides, devices)
     shapes, settings = shapes_of(config)
-    backend = environment.resolve_backend(settings.backend, environment.current())
-    if backend not in (Backend.TE, Backend.FUSED):
+    backend = table.resolve_backend(settings.backend, environment.current())
+    parts = table.implementation(backend)
+    if not parts.te_kernels and parts.block_gemm is None:
       _fail(f"{config_path}: the run uses neither the TE nor the fused backend on {target} (nvfp4_backend="
             f"{settings.backend.value}); --compile-only compiles their programs (nvfp4_backend=te or fused)")
     (device,) = target_devices(target, 1)
     on = jax.sharding.SingleDeviceSharding(device)
-    candidate: Candidate = (TransformerEngine(settings.recipe) if backend is Backend.TE
-                            else Fused(*dense.fused_gemm()))
+    candidate: Candidate = (TransformerEngine(settings.recipe) if parts.te_kernels
+                            else Fused(*parts.block_gemm()))
     rows = []
     for shape in shapes:
       spec = {s: jax.ShapeDtypeStruct(shape.of(s), jnp.bfloat16, sharding=on) for s in ("x", "w", "dy")}
@@ -182,8 +183,8 @@ def compile_only(config_path: str, overrides: Sequence[str], target: str, device
           spec["x"], spec["w"], spec["dy"]).compile()
       fp4 = [k for k in kernels_lib.kernels(gemms.as_text()) if k.work.math is Math.FP4_GEMM]
       # TE's quantizers are TE kernels; the fused backend's are XLA fusions, with no TE kernel at all.
-      ok = (bool(calls) if backend is Backend.TE else not calls) and len(fp4) == 3
-      quantizers = dict(calls) if backend is Backend.TE else "our quantizer: XLA fusions, no TE kernel"
+      ok = (bool(calls) if parts.te_kernels else not calls) and len(fp4) == 3
+      quantizers = dict(calls) if parts.te_kernels else "our quantizer: XLA fusions, no TE kernel"
       rows.append(checks.Result("compile", f"{shape.m}x{shape.k}x{shape.n}", ok,
                                 f"the 5 operands' quantize programs ({quantizers}) and fprop/dgrad/wgrad "
                                 f"({len(fp4)} FP4 GEMMs) compiled for {target}", {"te_calls": dict(calls),

@@ -1,10 +1,12 @@
 # Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
-"""The backend choice: auto, te and emulated against the environments a user may have."""
+"""The backend choice (MaxText.backends.table.resolve_backend): auto, te and emulated against the environments a
+user may have (MaxText.backends.environment)."""
 
 import pytest
 
 from MaxText.backends import environment
-from MaxText.backends.environment import Environment, resolve_backend
+from MaxText.backends.environment import Environment
+from MaxText.backends.table import resolve_backend
 from MaxText.precision.modes import Backend
 
 _NO_TE = Environment(te_error="ModuleNotFoundError: No module named 'transformer_engine'", gpu_capabilities=())

@@ -1,5 +1,5 @@
 # Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
-"""Each backend's routed-expert GEMMs (MaxText.backends.experts.expert_gemms), without maxtext: the fused backend's
+"""Each backend's routed-expert GEMMs (MaxText.backends.table.expert_gemms), without maxtext: the fused backend's
 multiply each expert's codes and scales in a block-scaled GEMM batched over the experts, and give the emulated
 backend's products bit for bit (XLA:CPU's scaled_matmul is a dequantize + dot that accumulates in the same order)."""
 
@@ -10,7 +10,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from MaxText.backends.experts import EXPERT_DIMS, TE_MISSING, expert_gemms, expert_plan
+from MaxText.backends.experts import EXPERT_DIMS, TE_MISSING
+from MaxText.backends.table import expert_gemms, expert_plan
 from MaxText.nvfp4.gemm import GemmRecipe
 from MaxText.precision.modes import Backend
 from MaxText.precision.policy import Precision

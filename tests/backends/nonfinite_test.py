@@ -18,8 +18,8 @@ import pytest
 from flax import nnx
 from maxtext.layers import linears
 
-from MaxText.backends.environment import Backend
 from MaxText.integration.quant import Nvfp4Quantization
+from MaxText.precision.modes import Backend
 from tests.helpers import settings
 
 

@@ -17,12 +17,13 @@ import types
 
 import pytest
 
-from MaxText.backends.environment import Backend, Environment
+from MaxText.backends.environment import Environment
 from MaxText.backends.experts import expert_einsum
 from MaxText.integration.checks import experts_error
 from MaxText.integration.plan import PlanEntry, PlanError, check
 from MaxText.integration.quant import Nvfp4Quantization
 from MaxText.integration.settings import settings_of
+from MaxText.precision.modes import Backend
 from MaxText.precision.policy import Precision
 from tests.helpers import MIXTRAL, plugin_defaults, read_losses, settings, train_cli
 

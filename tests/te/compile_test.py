@@ -86,12 +86,12 @@ def test_fused_nvfp4_gemm_compiles_to_te_gemms_on_our_operands_for_blackwell(te,
   are bf16), never an f32 product cast by a kernel of its own; no conditional (the NaN-free global amax is a
   reduction, not a branch on NaN: a fusion barrier and a host round trip on a GPU); the maxima of 1x16 blocks are two
   sibling reductions in one kernel, not one variadic reduction (a warp per block under XLA:GPU)."""
-  from MaxText.backends import dense  # pylint: disable=import-outside-toplevel
+  from MaxText.backends import table  # pylint: disable=import-outside-toplevel
   from MaxText.precision.modes import Backend  # pylint: disable=import-outside-toplevel
   from MaxText.precision.policy import Precision  # pylint: disable=import-outside-toplevel
 
   del te, blackwell
-  module = dense.module_class(Precision.NVFP4, Backend.FUSED, settings())()
+  module = table.module_class(Precision.NVFP4, Backend.FUSED, settings())()
   text = _compile_gemm(module, _device(target)).as_text()
   assert text.count('custom_call_target="te_gemm_v2_ffi"') == 3, "fprop, dgrad and wgrad are TE's FP4 GEMMs"
   assert "te_dbias_quantize_ffi" not in text and "te_rht_amax_ffi" not in text  # quantized by our code

@@ -153,6 +153,7 @@ def test_nonfinite_check_ops_sit_beside_te(te, check):
 def test_backend_probe_uses_te_support_check(te):
   """MaxText.backends.environment asks TE's is_scaling_mode_supported(NVFP4): yes at SM 10.0, TE's own reason at SM 9.0."""
   from MaxText.backends import environment as backend  # pylint: disable=import-outside-toplevel
+  from MaxText.backends.table import resolve_backend  # pylint: disable=import-outside-toplevel
   from MaxText.preflight import deviceless  # pylint: disable=import-outside-toplevel
 
   del te
@@ -165,7 +166,7 @@ def test_backend_probe_uses_te_support_check(te):
   assert reason and "10.0" in reason, reason
   env = backend.Environment(te_error=None, gpu_capabilities=(10.0,), te_nvfp4_error=reason)
   with pytest.raises(ValueError, match="support check refuses NVFP4"):
-    backend.resolve_backend("te", env)
+    resolve_backend("te", env)
 
 
 def test_te_module_serves_a_new_stochastic_rounding_key_each_step(te):
