@@ -30,7 +30,7 @@ if str(_REPO) not in sys.path:
 
 # pylint: disable=wrong-import-position
 from MaxText.nvfp4 import quantize  # noqa: E402
-from MaxText.nvfp4.quantize import quantize_block_scaled  # noqa: E402
+from MaxText.nvfp4.block_scaled import quantize_block_scaled  # noqa: E402
 
 #: Peak HBM bandwidth in GB/s of GPUs we may be handed (vendor figures), for the bandwidth fraction.
 _HBM_GBPS = {"H100": 3350.0, "H200": 4800.0, "B200": 8000.0, "GB200": 8000.0}

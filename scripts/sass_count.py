@@ -40,9 +40,9 @@ def main(argv: list[str]) -> None:
   import jax.numpy as jnp
   from jax.sharding import SingleDeviceSharding
 
+  from MaxText.nvfp4.block_scaled import quantize_codes
   from MaxText.nvfp4.gemm import GemmRecipe
   from MaxText.nvfp4.operands import gemm_operands
-  from MaxText.nvfp4.quantize import quantize_codes
   from MaxText.preflight import kernels
   from MaxText.preflight.compile import target_devices
   from MaxText.preflight.targets import TARGETS

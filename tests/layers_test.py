@@ -32,7 +32,7 @@ def test_the_light_modules_load_without_jax():
   comparison tool, the run record's schema and the tap registry load in a fresh interpreter without jax, flax or
   maxtext (a regression put jax there once: precision/keys.py -> taps.py -> the numerics)."""
   code = ("import sys; import MaxText.compare, MaxText.compare.__main__, MaxText.integration.artifacts, "
-          "MaxText.precision.keys, MaxText.precision.taps; "
+          "MaxText.precision.keys, MaxText.precision.taps, MaxText.study; "
           "print(sorted(m for m in ('jax', 'flax', 'maxtext') if m in sys.modules))")
   proc = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
                         check=False)

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from MaxText import quickstart
+from MaxText import quickstart, study
 from MaxText.data import corpus
 from tests.helpers import REPO_ROOT
 
@@ -30,7 +30,7 @@ _EVAL = (
 
 def test_progress_prints_stretch_means_the_last_step_and_evals():
   lines: list[str] = []
-  progress = quickstart.RunProgress(name="fp8", total_steps=13, emit=lines.append)
+  progress = study.RunProgress(name="fp8", total_steps=13, emit=lines.append)
   assert progress.every == 2  # (13 - 1) // PROGRESS_LINES
   for step in range(13):
     progress.feed(_TRAIN.format(step=step, loss=float(10 - step)))
@@ -48,16 +48,16 @@ def test_progress_prints_stretch_means_the_last_step_and_evals():
 def test_progress_prints_at_least_every_progress_seconds_on_a_slow_machine():
   now = [0.0]
   lines: list[str] = []
-  progress = quickstart.RunProgress(name="bf16", total_steps=301, emit=lines.append, clock=lambda: now[0])
+  progress = study.RunProgress(name="bf16", total_steps=301, emit=lines.append, clock=lambda: now[0])
   for step in range(1, 10):  # every = 50: no step-count line before step 50
-    now[0] += quickstart.PROGRESS_SECONDS / 2 + 0.01  # a slow machine: a new line every second step
+    now[0] += study.PROGRESS_SECONDS / 2 + 0.01  # a slow machine: a new line every second step
     progress.feed(_TRAIN.format(step=step, loss=5.0))
   assert [line.split("(")[0].split()[-1] for line in lines] == ["2", "4", "6", "8"]
   assert "mean of the last 2:" in lines[1]
 
 
 def test_progress_reads_a_nan_loss():
-  progress = quickstart.RunProgress(name="x", total_steps=2, emit=lambda _: None)
+  progress = study.RunProgress(name="x", total_steps=2, emit=lambda _: None)
   progress.feed(_TRAIN.format(step=1, loss="nan"))
   assert progress.last_step == 1 and progress.last_loss != progress.last_loss
 
@@ -78,7 +78,7 @@ def test_corpus_check_accepts_only_an_intact_build(tmp_path):
 
 
 def test_format_seconds():
-  assert [quickstart.format_seconds(s) for s in (4.4, 59.6, 75.2, 3600)] == ["4s", "1m00s", "1m15s", "60m00s"]
+  assert [study.format_seconds(s) for s in (4.4, 59.6, 75.2, 3600)] == ["4s", "1m00s", "1m15s", "60m00s"]
 
 
 def test_bad_arguments_exit_2_with_one_line(tmp_path, capsys):
@@ -95,7 +95,7 @@ def test_set_changes_the_candidates_and_set_baseline_the_baseline():
       ["--set", "nvfp4_attention_precision=fp8", "--set-baseline", "remat_policy=full",
        "--set-all", "learning_rate=1e-3"]  # fmt: skip
   )
-  by_name = {p.name: quickstart.run_overrides(p, args) for p in quickstart.PRECISIONS}
+  by_name = {p.name: quickstart.run_overrides(p, args) for p in study.PRECISIONS}
   assert by_name["bf16"] == ["learning_rate=1e-3", "remat_policy=full"]
   for name in ("fp8", "te_nvfp4", "te_nvfp4_no_rht"):
     assert by_name[name] == ["learning_rate=1e-3", "nvfp4_attention_precision=fp8"]
@@ -104,8 +104,8 @@ def test_set_changes_the_candidates_and_set_baseline_the_baseline():
 def test_a_users_key_replaces_the_precisions_own():
   """The NVFP4 runs log statistics every STATS_INTERVAL steps; `--set nvfp4_stats_interval=5` replaces that (maxtext
   refuses a key given twice), and keys the user does not set stay."""
-  (nvfp4,) = [p for p in quickstart.PRECISIONS if p.name == "te_nvfp4"]
-  assert f"nvfp4_stats_interval={quickstart.STATS_INTERVAL}" in nvfp4.overrides
+  (nvfp4,) = [p for p in study.PRECISIONS if p.name == "te_nvfp4"]
+  assert f"nvfp4_stats_interval={study.STATS_INTERVAL}" in nvfp4.overrides
   not_overridden = quickstart.not_overridden  # integration.cli's, as the quickstart uses it
   assert not_overridden(nvfp4.overrides, ["nvfp4_stats_interval=5"]) == ["quantization=te_nvfp4"]
   assert not_overridden(nvfp4.overrides, ["learning_rate=1e-3"]) == list(nvfp4.overrides)
@@ -116,13 +116,13 @@ def test_study_is_six_precisions_over_three_seeds_named_for_compare():
   first run), named NAME@SEED with both seeds set; results/study unless --out."""
   args = quickstart._parse_args(["--study"])  # pylint: disable=protected-access
   runs = quickstart.planned_runs(args)
-  assert [r.name for r in runs[:6]] == [f"{n}@0" for n in quickstart.STUDY_NAMES] and len(runs) == 18
+  assert [r.name for r in runs[:6]] == [f"{n}@0" for n in study.STUDY_NAMES] and len(runs) == 18
   assert runs[0].name == "bf16@0" and [r.name for r in runs[6:8]] == ["bf16@1", "fp8@1"]
   assert runs[7].seed_overrides() == ("data_shuffle_seed=1", "init_weights_seed=1")
   assert quickstart.output_dir(args) == quickstart.STUDY_OUT
   assert quickstart.config_path(args) == quickstart.DEFAULT_CONFIG
   plain = quickstart.planned_runs(quickstart._parse_args([]))  # pylint: disable=protected-access
-  assert [r.name for r in plain] == list(quickstart.PRECISION_NAMES) and plain[0].seed_overrides() == ()
+  assert [r.name for r in plain] == list(study.PRECISION_NAMES) and plain[0].seed_overrides() == ()
   seeded = quickstart._parse_args(["--seeds", "7", "--precisions", "te_nvfp4"])  # pylint: disable=protected-access
   assert [r.name for r in quickstart.planned_runs(seeded)] == ["bf16@7", "te_nvfp4@7"]
   gpu = quickstart._parse_args(["--study", "--device", "gpu"])  # pylint: disable=protected-access
@@ -130,25 +130,25 @@ def test_study_is_six_precisions_over_three_seeds_named_for_compare():
 
 
 def test_late_switch_step_scales_with_the_run():
-  (late,) = [p for p in quickstart.STUDY_PRECISIONS if p.name == "te_nvfp4_late_fwd"]
+  (late,) = [p for p in study.STUDY_PRECISIONS if p.name == "te_nvfp4_late_fwd"]
   assert late.overrides_for(451)[-1] == "nvfp4_bf16_forward_from_step=361"  # 80% of the steps
   assert late.overrides_for(4)[-1] == "nvfp4_bf16_forward_from_step=3" and late.overrides_for(2)[-1].endswith("=1")
-  (plain,) = [p for p in quickstart.STUDY_PRECISIONS if p.name == "te_nvfp4"]
+  (plain,) = [p for p in study.STUDY_PRECISIONS if p.name == "te_nvfp4"]
   assert plain.overrides_for(451) == plain.overrides
 
 
 def test_the_attention_study_names_its_five_precisions():
   """`make study-attention`'s runs: bf16 first, then fp8, the MLP-only recipe and the two attention precisions, per
   seed; the attention runs set the key their name says."""
-  args = quickstart._parse_args(["--study", "--precisions", *quickstart.ATTENTION_STUDY_NAMES])  # pylint: disable=protected-access
+  args = quickstart._parse_args(["--study", "--precisions", *study.ATTENTION_STUDY_NAMES])  # pylint: disable=protected-access
   runs = quickstart.planned_runs(args)
-  assert [r.name for r in runs[:5]] == [f"{n}@0" for n in quickstart.ATTENTION_STUDY_NAMES] and len(runs) == 15
-  keys = {p.name: p.overrides for p in quickstart.ATTENTION_PRECISIONS}
+  assert [r.name for r in runs[:5]] == [f"{n}@0" for n in study.ATTENTION_STUDY_NAMES] and len(runs) == 15
+  keys = {p.name: p.overrides for p in study.ATTENTION_PRECISIONS}
   assert "nvfp4_attention_precision=nvfp4" in keys["te_nvfp4_all"]
   assert "nvfp4_attention_precision=fp8" in keys["te_nvfp4_fp8attn"]
 
 
-@pytest.mark.parametrize("precision", quickstart.ALL_PRECISIONS, ids=lambda p: p.name)
+@pytest.mark.parametrize("precision", study.ALL_PRECISIONS, ids=lambda p: p.name)
 def test_every_study_precision_loads_with_the_quickstart_config(load_config, precision):
   """Each precision's keys are real plugin/maxtext keys with valid values for the quickstart model (4 layers)."""
   config = load_config(quickstart.DEFAULT_CONFIG, "vocab_size=1024", *precision.overrides_for(451))

@@ -1,7 +1,7 @@
 # Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
 """The fused backend's GEMM on Blackwell: TransformerEngine's cuBLASLt NVFP4 GEMM on our operands.
 
-The fused backend quantizes with our quantizer inside the step (MaxText.nvfp4.quantize.quantize_codes) and keeps
+The fused backend quantizes with our quantizer inside the step (MaxText.nvfp4.block_scaled.quantize_codes) and keeps
 each operand as E2M1 codes, E4M3 block scales and its amax. TE 2.20.2's `cpp_extensions.gemm.gemm` takes exactly
 that as `ScaledTensor`s (`ScaledTensorFactory.create_1x`, NVFP4_1D_SCALING): it swizzles the scales itself, applies
 the tensor scales from the two amaxes (alpha = amax_a/2688 * amax_b/2688, as our dot does) and runs one
@@ -26,8 +26,8 @@ import jax
 import jax.numpy as jnp
 
 from MaxText.backends import environment
+from MaxText.nvfp4.block_scaled import BlockCodes
 from MaxText.nvfp4.gemm import BlockScaledGemm, scaled_matmul_gemm
-from MaxText.nvfp4.quantize import BlockCodes
 
 __all__ = ["fused_gemm", "te_block_scaled_gemm"]
 

@@ -32,8 +32,11 @@ import numpy as np
 from jax.ad_checkpoint import checkpoint_name
 
 from MaxText.nvfp4.arithmetic import divide
+
+#: checkpoint_name of every quantized tensor the backward pass keeps (maxtext's remat policies save it).
+from MaxText.nvfp4.block_scaled import BlockCodes, quantize_block_scaled, quantize_codes
 from MaxText.nvfp4.formats import BLOCK_SIZE, NVFP4, BlockFormat
-from MaxText.nvfp4.quantize import BlockCodes, Scaling, quantize_block_scaled, quantize_codes
+from MaxText.nvfp4.quantize import Scaling
 
 #: checkpoint_name of every quantized tensor the backward pass keeps (maxtext's remat policies save it).
 QUANTIZATION_NAME = "quantization"

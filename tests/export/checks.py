@@ -135,8 +135,9 @@ def _forward_operand(w: np.ndarray) -> dict[str, np.ndarray]:
   """The training forward's NVFP4 operand of kernel w [in, out] (emulator = TE bit for bit), in HF layout [out, in]."""
   import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
 
+  from MaxText.nvfp4.block_scaled import quantize_block_scaled  # pylint: disable=import-outside-toplevel
   from MaxText.nvfp4.e2m1 import e2m1_codes  # pylint: disable=import-outside-toplevel
-  from MaxText.nvfp4.quantize import dequantize, quantize, quantize_block_scaled, tensor_scales  # pylint: disable=import-outside-toplevel
+  from MaxText.nvfp4.quantize import dequantize, quantize, tensor_scales  # pylint: disable=import-outside-toplevel
 
   wb = jnp.asarray(w).astype(jnp.bfloat16)
   t = quantize(wb, "2d")

@@ -41,8 +41,9 @@ import numpy as np
 import pytest
 
 from MaxText.nvfp4 import operands
+from MaxText.nvfp4.block_scaled import quantize_block_scaled
 from MaxText.nvfp4.formats import BLOCK_SIZE, E2M1_MAGNITUDES
-from MaxText.nvfp4.quantize import Nvfp4Tensor, Scaling, quantize, quantize_block_scaled
+from MaxText.nvfp4.quantize import Nvfp4Tensor, Scaling, quantize
 from MaxText.selfcheck import candidates, tensors
 from tests import helpers
 from tests.export.conftest import EXPORT_PYTHON

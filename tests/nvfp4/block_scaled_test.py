@@ -1,7 +1,7 @@
 # Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
 """The fused backend's GEMM (block_gemm=scaled_matmul_gemm): codes and block scales into `jax.nn.scaled_matmul`,
 against the emulated backend's dot on dequantized operands (block_gemm=None), which tests/nvfp4/gemm_test.py holds against
-the f32 reference. The quantization is shared (MaxText.nvfp4.quantize._rounded); what may differ is only the order
+the f32 reference. The quantization is shared (MaxText.nvfp4.block_scaled._rounded); what may differ is only the order
 of the f32 accumulation, and on XLA:CPU that is the same: measured bit for bit, and asserted so."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from MaxText.nvfp4.block_scaled import quantize_block_scaled, quantize_codes
 from MaxText.nvfp4.gemm import GemmRecipe, nvfp4_dot_general, scaled_matmul_gemm
-from MaxText.nvfp4.quantize import quantize_block_scaled, quantize_codes
 
 _KEY = jax.random.key(7)
 #: A fused gate/up kernel (embed, 2, mlp) as DenseGeneral passes it: N is both activations.

@@ -26,10 +26,11 @@ import numpy as np
 import pytest
 
 from MaxText.nvfp4 import arithmetic, audit, hadamard, stats
+from MaxText.nvfp4.block_scaled import quantize_block_scaled, quantize_codes
 from MaxText.nvfp4.gemm import MATMUL_DIMS, GemmRecipe, nvfp4_dot_general, scaled_matmul_gemm
 from MaxText.nvfp4.grouped import grouped_matmul
 from MaxText.nvfp4.operands import gemm_operands
-from MaxText.nvfp4.quantize import quantize, quantize_block_scaled, quantize_codes
+from MaxText.nvfp4.quantize import quantize
 
 
 @pytest.fixture(autouse=True)

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import strategies as st
 
 from MaxText.nvfp4 import Nvfp4Tensor, dequantize, quantize
-from MaxText.nvfp4.quantize import quantize_block_scaled, quantize_codes
+from MaxText.nvfp4.block_scaled import quantize_block_scaled, quantize_codes
 from tests.helpers import EXACT_RUN_BINADES, examples
 from tests.nvfp4 import reference
 
@@ -321,7 +321,7 @@ def test_the_gemm_operands_amax_leaves_out_blocks_holding_a_nan(kw, big, block):
   block holding a NaN is NaN, leave such a block out whole, so its largest finite element does not set the tensor
   scale (one reduction then gives both block maxima: quantize.block_amax). The codes form (the fused backend's) agrees.
   Red with the operand forms' amax taken as quantize's."""
-  from MaxText.nvfp4.quantize import quantize_codes  # pylint: disable=import-outside-toplevel  # this test's alone
+  from MaxText.nvfp4.block_scaled import quantize_codes  # pylint: disable=import-outside-toplevel  # this test's alone
 
   x = np.array(jax.random.normal(jax.random.key(1), (32, 64), jnp.float32))
   x[0, 0], x[big] = np.nan, 100.0  # in one block
@@ -338,7 +338,7 @@ def test_an_infinity_is_the_gemm_operands_amax_not_a_nan_block_left_out(kw, inf)
   """The NaN-free block maximum leaves out NaN, never infinity: an operand holding +-inf has an infinite tensor amax
   in every form (TE's amax is max |x| ignoring NaN only), so its scales say so. Red when a block holding +inf is
   taken for a NaN block (the amax is then the largest finite element, 100 here)."""
-  from MaxText.nvfp4.quantize import quantize_codes  # pylint: disable=import-outside-toplevel  # this test's alone
+  from MaxText.nvfp4.block_scaled import quantize_codes  # pylint: disable=import-outside-toplevel  # this test's alone
 
   x = np.array(jax.random.normal(jax.random.key(2), (32, 64), jnp.float32))
   x[3, 5], x[20, 40] = inf, 100.0

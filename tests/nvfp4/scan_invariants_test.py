@@ -16,8 +16,9 @@ import pytest
 from jax.extend import core as jcore
 
 from MaxText.nvfp4 import stats
+from MaxText.nvfp4.block_scaled import quantize_block_scaled, quantize_codes
 from MaxText.nvfp4.formats import BLOCK_SIZE
-from MaxText.nvfp4.quantize import quantize, quantize_block_scaled, quantize_codes
+from MaxText.nvfp4.quantize import quantize
 
 SHAPE = (64, 128)  # 512 blocks; the RHT's 16 x 16 matrix and a 128-long iota are smaller, and may be constants
 

@@ -132,7 +132,7 @@ def test_fused_operand_codes_are_one_pass_of_few_instructions_an_element(te, sto
   stochastic rounding's hash, against 48 and 73 before the codes were made on the float's bits. (53 was 51 before the
   int-float conversions went, each one op here and one to three cheaper ones now: the machine code's count fell,
   tests/te/sass_test.py.) A GPU runs these passes bound by their instructions, not their bytes (docs/prediction.md)."""
-  from MaxText.nvfp4.quantize import quantize_codes  # pylint: disable=import-outside-toplevel
+  from MaxText.nvfp4.block_scaled import quantize_codes  # pylint: disable=import-outside-toplevel
 
   del te
 
@@ -154,7 +154,7 @@ def test_a_fresh_operands_block_maxima_fuse_into_the_kernel_that_makes_it(te):
   import jax  # pylint: disable=import-outside-toplevel
   import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
 
-  from MaxText.nvfp4.quantize import quantize_codes  # pylint: disable=import-outside-toplevel
+  from MaxText.nvfp4.block_scaled import quantize_codes  # pylint: disable=import-outside-toplevel
 
   del te
 
