@@ -148,3 +148,17 @@ def test_maxtext_config_keys_are_read_only_in_the_integration_layer():
   assert not found, found
   assert _config_key_reads(ast.parse("getattr(config, 'attention')\nconfig.mlp_dim\nconfig.read_text()"), keys) \
       == [1, 2]
+
+
+def test_a_key_a_config_may_lack_is_read_in_one_place():
+  """`getattr(config, ...)` (a key read with a fallback) only in the builders: MaxText/integration/run_keys.py
+  (maxtext's keys: RunKeys, MaxtextKeys) and settings.py (the plugin's); everything else asks what they built."""
+  builders = {_PACKAGE / "integration" / "run_keys.py", _PACKAGE / "integration" / "settings.py"}
+  found = []
+  for path in sorted(_PACKAGE.rglob("*.py")):
+    if path in builders:
+      continue
+    found += [(str(path.relative_to(_PACKAGE)), node.lineno) for node in ast.walk(ast.parse(path.read_text()))
+              if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
+              and node.args and isinstance(node.args[0], ast.Name) and node.args[0].id in _CONFIG_NAMES]
+  assert not found, found

@@ -15,6 +15,7 @@ from typing import Any
 
 from MaxText.backends import environment, table
 from MaxText.backends.experts import TE_MISSING
+from MaxText.integration.run_keys import EXPERT_LAYOUT_KEYS, maxtext_keys
 from MaxText.integration.shapes import gemm_dims
 from MaxText.nvfp4.formats import BLOCK_SIZE
 from MaxText.precision.gemm_shapes import block_errors
@@ -48,7 +49,7 @@ def check(config: Any, settings: Settings, env: environment.Environment | None =
     raise ValueError(f"quantization={mode} with shard_mode=explicit: the NVFP4 GEMMs take their tensor amax "
                      "under auto (GSPMD) sharding only. Set shard_mode=auto.")
   for key in ("load_parameters_path", "load_full_state_path"):
-    if (error := checkpoint_error(key, str(getattr(config, key, "") or ""))) is not None:
+    if (error := checkpoint_error(key, getattr(maxtext_keys(config), key))) is not None:
       raise ValueError(error)
   env = env or environment.current()
   if (error := experts_error(config, settings, env)) is not None:  # routed experts: NVFP4 where they can run
@@ -59,7 +60,7 @@ def check(config: Any, settings: Settings, env: environment.Environment | None =
   dims = gemm_dims(config, settings)
   errors = block_errors(dims, BLOCK_SIZE, mode)
   if not errors and on_te:  # what TransformerEngine would refuse on Blackwell, per device (precision/te_rules.py)
-    errors = te_errors(dims, settings, plain(getattr(config, "te_comm_gemm_overlap", "disabled")))
+    errors = te_errors(dims, settings, plain(maxtext_keys(config).te_comm_gemm_overlap))
   if errors:
     raise ValueError(errors[0] + (f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""))
 
@@ -79,11 +80,11 @@ def _check_periodic(config: Any, settings: Settings, tap: Tap) -> None:
     raise ValueError(f"{key}={interval} with nvfp4_mlp_precision=bf16 and nvfp4_attention_precision="
                      f"{settings.attention.value}: no GEMM is NVFP4, so there is nothing to measure; set {key}=0 for "
                      "the baseline.")
-  if int(getattr(config, "gradient_accumulation_steps", 1) or 1) > 1:
+  if maxtext_keys(config).gradient_accumulation_steps > 1:
     raise ValueError(f"{key}={interval} with gradient_accumulation_steps={config.gradient_accumulation_steps}: "
                      f"maxtext's accumulation loop does not hand the measurement back; set "
                      f"gradient_accumulation_steps=1, or {key}=0.")
-  if getattr(config, "using_pipeline_parallelism", False):
+  if maxtext_keys(config).using_pipeline_parallelism:
     raise ValueError(f"{key}={interval} is not supported with pipeline parallelism "
                      f"(ici/dcn_pipeline_parallelism > 1); set {key}=0 or drop the pipeline.")
 
@@ -114,7 +115,7 @@ def _check_bf16_layers_and_steps(config: Any, settings: Settings) -> None:
   if switches.from_step == 0:
     raise ValueError(f"quantization={mode} with nvfp4_bf16_from_step=0 runs every GEMM in BF16 from the first "
                      "step: no GEMM is NVFP4. Use a later step, or nvfp4_mlp_precision=bf16 for a BF16 baseline.")
-  if switches.any and getattr(config, "using_pipeline_parallelism", False):
+  if switches.any and maxtext_keys(config).using_pipeline_parallelism:
     raise ValueError("nvfp4_bf16_first_layers/last_layers/layers/from_step/forward_from_step are not supported with "
                      "pipeline parallelism (ici/dcn_pipeline_parallelism > 1); unset them or the pipeline.")
 
@@ -143,7 +144,8 @@ def experts_error(config: Any, settings: Settings, env: environment.Environment)
   Routed experts (num_experts > 1) whose MLP precision asks for NVFP4 need a backend with NVFP4 expert GEMMs (`env`
   resolves nvfp4_backend=te/auto) and none of maxtext's expert layouts the NVFP4 hooks do not cover.
   """
-  num_experts = int(getattr(config, "num_experts", 1) or 1)
+  found = maxtext_keys(config)
+  num_experts = found.num_experts
   if num_experts <= 1 or settings.experts is Precision.BF16:
     return None
   where = f"quantization={settings.quantization} with num_experts={num_experts}"
@@ -153,16 +155,15 @@ def experts_error(config: Any, settings: Settings, env: environment.Environment)
     return (f"{where} and nvfp4_backend={backend} (-> {resolved.value}): no NVFP4 expert GEMMs on this backend "
             f"({TE_MISSING}). Set nvfp4_moe_experts=bf16 (experts BF16, dense GEMMs NVFP4) or "
             "nvfp4_backend=emulated.")
-  unsupported = [(key, getattr(config, key, None), why) for key, why in (
-      ("ici_expert_parallelism", "expert parallelism"), ("dcn_expert_parallelism", "expert parallelism"),
-      ("num_moe_emb_chunks", "chunked expert GEMMs"), ("use_ring_of_experts", "ring of experts"),
-      ("te_moe_block", "TE's MoE block")) if (getattr(config, key, 0) or 0) not in (0, 1, False)]
+  why = dict(zip(EXPERT_LAYOUT_KEYS, ("expert parallelism", "expert parallelism", "chunked expert GEMMs",
+                                      "ring of experts", "TE's MoE block")))
+  unsupported = [(key, value, why[key]) for key, value in found.expert_layout if (value or 0) not in (0, 1, False)]
   if unsupported:
     key, value, why = unsupported[0]
     return (f"{where}: {key}={value} ({why}) is not supported with NVFP4 experts. Unset it, or set "
             "nvfp4_moe_experts=bf16.")
   for key in ("emb_dim", "moe_mlp_dim"):
-    size = int(getattr(config, key, 0) or 0)
+    size = getattr(found, key)
     if size % BLOCK_SIZE:
       return (f"{where}: {key}={size} is not a multiple of {BLOCK_SIZE} (NVFP4 blocks every expert GEMM dim by "
               f"{BLOCK_SIZE}). Use a multiple of {BLOCK_SIZE}, or nvfp4_moe_experts=bf16.")

@@ -19,6 +19,7 @@ from maxtext.configs import types
 from MaxText.integration import flops, layers, plan, run_record
 from MaxText.integration.config import NVFP4Config
 from MaxText.integration.quant import quantization_from_config
+from MaxText.integration.run_keys import maxtext_keys
 from MaxText.integration.settings import settings_of
 from MaxText.precision.modes import is_nvfp4
 
@@ -99,7 +100,7 @@ def wrap_configure_quantization(original: Callable[..., Any]) -> Callable[..., A
     bound = signature.bind(*args, **kwargs)
     bound.apply_defaults()
     config = bound.arguments["config"]
-    if is_nvfp4(getattr(config, "quantization", None)) and not _MAXTEXT_QUANTIZATION.get():
+    if is_nvfp4(maxtext_keys(config).quantization) and not _MAXTEXT_QUANTIZATION.get():
       return quantization_from_config(config, bound.arguments["quant_mode_str"])
     return original(*args, **kwargs)
 
@@ -115,9 +116,9 @@ def wrap_maybe_quantize_model(original: Callable[..., Any]) -> Callable[..., Any
   def maybe_quantize_model(*args: Any, **kwargs: Any) -> Any:
     config = signature.bind(*args, **kwargs).arguments["config"]
     model = original(*args, **kwargs)
-    if is_nvfp4(getattr(config, "quantization", None)):  # other modes: nothing of ours, nothing read
+    if is_nvfp4(maxtext_keys(config).quantization):  # other modes: nothing of ours read
       if settings_of(config).switches.per_layer:
-        layers.assign_layer_indices(model, int(getattr(config, "first_num_dense_layers", 0) or 0))
+        layers.assign_layer_indices(model, maxtext_keys(config).first_num_dense_layers)
       directory = run_record.current_training_run()
       if directory is not None:  # the plan file and table come from training runs only
         plan.report(model, directory, flops.training_flops(config))

@@ -27,6 +27,7 @@ from typing import Any
 from etils import epath
 
 from MaxText.integration import artifacts, audit
+from MaxText.integration.run_keys import maxtext_keys
 from MaxText.integration.settings import settings_of
 from MaxText.precision.modes import NVFP4_MODES
 from MaxText.precision.taps import TAPS, Tap
@@ -130,7 +131,7 @@ def note_full_state_load(config: Any) -> dict[str, Any] | None:
   source's settings are read from the record its run wrote (`nvfp4_run.json`), and a run without one (bf16, fp8)
   had no NVFP4 settings. A load that is not from a local maxtext run directory is not compared.
   """
-  path = str(getattr(config, "load_full_state_path", "") or "")
+  path = maxtext_keys(config).load_full_state_path
   settings = settings_of(config)
   if not path or not settings.nvfp4 or "://" in path:
     return None

@@ -12,6 +12,7 @@ import dataclasses
 import math
 from typing import Any
 
+from MaxText.integration.run_keys import maxtext_keys
 from MaxText.precision.gemm_shapes import AttentionShape, GemmDims, ModelShape, Sized, nvfp4_gemm_dims
 from MaxText.precision.modes import plain
 from MaxText.precision.settings import Settings
@@ -38,8 +39,8 @@ def _resolve(parallelism: list[int], mesh_axes: list[str], num_devices: int) -> 
 
 def mesh_sizes(config: Any) -> dict[str, int]:
   """Size of every mesh axis (ICI x DCN) the run will get, from the config's resolved parallelism lists."""
-  num_devices = int(getattr(config, "num_target_devices", 1) or 1)
-  num_slices = max(int(getattr(config, "num_slices", 1) or 1), 1)
+  num_devices = maxtext_keys(config).num_target_devices
+  num_slices = max(maxtext_keys(config).num_slices, 1)
   axes = list(config.mesh_axes)
   ici = _resolve(list(config.ici_parallelism), axes, num_devices // num_slices)
   dcn = _resolve(list(config.dcn_parallelism), axes, num_slices)
@@ -54,16 +55,16 @@ def _shards(sizes: dict[str, int], axes: tuple[str, ...]) -> Sized:
 
 def _tokens(config: Any, phase: str) -> Sized:
   """Tokens of one forward pass (and the keys that set it) for the train or eval batch."""
-  seq = int(config.max_target_length)
+  seq, found = int(config.max_target_length), maxtext_keys(config)
   if phase == "train":
-    batch, pdbs_key = int(config.micro_batch_size_to_train_on), "per_device_batch_size"
+    batch, pdbs = int(config.micro_batch_size_to_train_on), f"per_device_batch_size={found.per_device_batch_size}"
   else:
-    batch, pdbs_key = int(config.micro_batch_size_to_eval_on), "eval_per_device_batch_size"
-  keys = f"{pdbs_key}={getattr(config, pdbs_key)} max_target_length={seq}"
-  devices = int(getattr(config, "num_target_devices", 1) or 1)
-  if devices > 1:
-    keys += f" on {devices} devices"
-  if phase == "train" and getattr(config, "using_pipeline_parallelism", False):
+    batch, pdbs = (int(config.micro_batch_size_to_eval_on),
+                   f"eval_per_device_batch_size={found.eval_per_device_batch_size}")
+  keys = f"{pdbs} max_target_length={seq}"
+  if found.num_target_devices > 1:
+    keys += f" on {found.num_target_devices} devices"
+  if phase == "train" and found.using_pipeline_parallelism:
     microbatches = max(int(config.num_pipeline_microbatches), 1)
     batch //= microbatches
     keys += f" num_pipeline_microbatches={microbatches}"
@@ -74,7 +75,7 @@ def _activation_embed_axes(config: Any) -> tuple[str, ...]:
   """The mesh axes maxtext's logical axis rules shard the activations' embed dim over (first rule that names it;
   maxtext 0.2.5's default: tensor). Found by compiling for 4 B200s (fsdp 2 x tensor 2): TE's partitioner then
   Hadamard-transforms x and dY shards of emb / tensor columns."""
-  for rule in getattr(config, "logical_axis_rules", None) or ():
+  for rule in maxtext_keys(config).logical_axis_rules:
     name, axes = rule[0], rule[1]
     if name == "activation_embed":
       return (axes,) if isinstance(axes, str) else tuple(a for a in (axes or ()) if a)
@@ -86,11 +87,11 @@ def model_shape(config: Any) -> ModelShape:
   resolved parallelism). Eval tokens are given only when the run evaluates (eval_interval > 0)."""
   sizes = mesh_sizes(config)
   emb, mlp = int(config.emb_dim), int(config.mlp_dim)
-  phases = ["train"] + (["eval"] if int(getattr(config, "eval_interval", -1)) > 0 else [])
+  phases = ["train"] + (["eval"] if maxtext_keys(config).eval_interval > 0 else [])
   return ModelShape(
       emb=Sized(emb, f"emb_dim={emb} (base_emb_dim={config.base_emb_dim})"),
       mlp=Sized(mlp, f"mlp_dim={mlp} (base_mlp_dim={config.base_mlp_dim})"),
-      num_activations=len(config.mlp_activations), fused=bool(getattr(config, "fused_mlp", False)),
+      num_activations=len(config.mlp_activations), fused=maxtext_keys(config).fused_mlp,
       tokens={phase: _tokens(config, phase) for phase in phases},
       row_shards=_shards(sizes, _BATCH_AXES + _LENGTH_AXES), mlp_shards=_shards(sizes, _MLP_AXES),
       embed_shards=_shards(sizes, _activation_embed_axes(config)), attention=_attention_shape(config, sizes))
@@ -100,13 +101,13 @@ def _attention_shape(config: Any, sizes: dict[str, int]) -> AttentionShape | Non
   """The attention projections' widths as maxtext's config derives them (heads x head_dim); None for MLA
   (attention_type=mla), whose low-rank projections have other widths: their NVFP4 GEMMs check their own dims when the
   step is traced."""
-  if plain(getattr(config, "attention_type", "")) == "mla":
+  if plain(maxtext_keys(config).attention_type) == "mla":
     return None
   heads, kv_heads, head_dim = int(config.num_query_heads), int(config.num_kv_heads), int(config.head_dim)
   return AttentionShape(
       query=Sized(heads * head_dim, f"num_query_heads={heads} x head_dim={head_dim}"),
       kv=Sized(kv_heads * head_dim, f"num_kv_heads={kv_heads} x head_dim={head_dim}"),
-      fused_qkv=bool(getattr(config, "fused_qkv", False)), heads_shards=_shards(sizes, _HEAD_AXES))
+      fused_qkv=maxtext_keys(config).fused_qkv, heads_shards=_shards(sizes, _HEAD_AXES))
 
 
 def gemm_dims(config: Any, settings: Settings) -> list[GemmDims]:
@@ -115,28 +116,22 @@ def gemm_dims(config: Any, settings: Settings) -> list[GemmDims]:
   return nvfp4_gemm_dims(model_shape(config), settings)
 
 
-def _parallelism(config: Any, axis: str) -> int:
-  """The ICI x DCN size of one mesh axis as the config gives it (-1 stays negative: the rest of the devices)."""
-  return int(getattr(config, f"ici_{axis}_parallelism", 1) or 1) * int(getattr(config, f"dcn_{axis}_parallelism", 1)
-                                                                       or 1)
-
-
 def mlp_widths(config: Any) -> frozenset[int]:
   """The MLP hidden sizes a GEMM of this config carries on one device: mlp_dim (and moe_mlp_dim with experts),
   whole and divided by the mesh axes maxtext shards the `mlp` axis over (fsdp_transpose, tensor, tensor_sequence,
   autoregressive); with fused_mlp also twice mlp_dim's, the fused gate/up GEMM's N (its wo carries mlp_dim). An
   axis sized -1 (the rest of the devices) counts every power-of-two share."""
   widths = {int(config.mlp_dim)}
-  if int(getattr(config, "num_experts", 1) or 1) > 1:
+  if maxtext_keys(config).num_experts > 1:
     widths.add(int(config.moe_mlp_dim))
-  sizes = [_parallelism(config, axis) for axis in ("fsdp_transpose", "tensor", "tensor_sequence", "autoregressive")]
+  sizes = maxtext_keys(config).mlp_parallelism
   shares = {1}
   if any(size < 0 for size in sizes):
     shares |= {2**i for i in range(1, 16)}
   else:
     shares.add(math.prod(sizes))
   found = {width // share for width in widths for share in shares if width % share == 0}
-  if getattr(config, "fused_mlp", False):  # gate and up as one `wi` GEMM: its N is both (activations are unsharded)
+  if maxtext_keys(config).fused_mlp:  # gate and up as one `wi` GEMM: its N is both (activations are unsharded)
     found |= {2 * (int(config.mlp_dim) // share) for share in shares if int(config.mlp_dim) % share == 0}
   return frozenset(found)
 
@@ -144,7 +139,7 @@ def mlp_widths(config: Any) -> frozenset[int]:
 def fused_attention_on_te(config: Any) -> bool:
   """Whether attention runs as TransformerEngine's cuDNN fused attention (attention=cudnn_flash_te), whose workspace
   cuDNN sizes only on a GPU."""
-  return getattr(config, "attention", "") == "cudnn_flash_te"
+  return maxtext_keys(config).attention == "cudnn_flash_te"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -173,9 +168,9 @@ def layout_facts(config: Any) -> LayoutFacts:
   """The LayoutFacts of maxtext's validated `config`. Context parallelism: maxtext refuses it with packed sequences
   of a real dataset unless attention is its load-balanced ring ("Packing is only supported for load balanced ring
   attention with context parallelism", raised as the attention is traced)."""
-  ring = (str(getattr(config, "context_parallel_strategy", "")) == "ring"
-          and bool(getattr(config, "context_parallel_load_balance", False)))
-  packed = bool(getattr(config, "packing", False)) and getattr(config, "dataset_type", "") != "synthetic"
+  found = maxtext_keys(config)
+  ring = str(found.context_parallel_strategy) == "ring" and found.context_parallel_load_balance
+  packed = found.packing and found.dataset_type != "synthetic"
   return LayoutFacts(layers=int(config.num_decoder_layers), emb=int(config.emb_dim), mlp=int(config.mlp_dim),
                      heads=int(config.num_query_heads), kv_heads=int(config.num_kv_heads),
                      head_dim=int(config.head_dim), vocab=int(config.vocab_size),

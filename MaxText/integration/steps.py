@@ -22,6 +22,7 @@ import jax.numpy as jnp
 
 from MaxText.backends.flags import step_scope
 from MaxText.integration import audit
+from MaxText.integration.run_keys import maxtext_keys
 from MaxText.integration.settings import settings_of
 from MaxText.integration.telemetry import stats_metrics
 from MaxText.precision.modes import is_nvfp4
@@ -67,15 +68,14 @@ def wrap_step(step_fn: Callable[..., Any]) -> Callable[..., Any]:
 def _with_stats_metrics(out: Any, config: Any) -> Any:
   """A train step's (state, metrics) with the GEMMs' tap measurements added to the scalars (a tap on: statistics,
   audit, ...; MaxText.precision.taps); anything else (eval metrics, other modes, every tap off) unchanged."""
-  if not (is_nvfp4(getattr(config, "quantization", None)) and isinstance(out, tuple) and len(out) == 2
+  if not (is_nvfp4(maxtext_keys(config).quantization) and isinstance(out, tuple) and len(out) == 2
           and isinstance(out[1], dict) and isinstance(out[1].get("scalar"), dict)):
     return out
   settings = settings_of(config)
   if not settings.taps_on:
     return out
   state, metrics = out
-  scalars = {**metrics["scalar"], **stats_metrics(state, settings, int(getattr(config, "first_num_dense_layers", 0)
-                                                                      or 0))}
+  scalars = {**metrics["scalar"], **stats_metrics(state, settings, maxtext_keys(config).first_num_dense_layers)}
   return state, {**metrics, "scalar": scalars}
 
 
@@ -92,7 +92,7 @@ def wrap_iteration(iteration: Callable[..., Any]) -> Callable[..., Any]:
   def wrapped(*args: Any, **kwargs: Any) -> Any:
     bound = signature.bind(*args, **kwargs).arguments
     config = bound["immutable_data"].get("config")
-    if is_nvfp4(getattr(config, "quantization", None)):  # once per step, host side: other modes pay nothing
+    if is_nvfp4(maxtext_keys(config).quantization):  # once per step, host side: other modes pay nothing more
       audit.raise_pending(bound["python_vars"].get("checkpoint_manager"))  # nvfp4_audit_action=stop
       _log_when_reached(settings_of(config), int(bound["python_vars"]["step"]))
     return iteration(*args, **kwargs)
