@@ -11,6 +11,7 @@ import importlib.machinery
 import importlib.util
 import pathlib
 import re
+import sys
 
 from tests.helpers import REPO_ROOT
 
@@ -182,3 +183,13 @@ def test_the_checks_catch_what_they_should(tmp_path):
       "study", "quickstart"}
   assert module_exists("MaxText.compare") and module_exists("pytest")
   assert not module_exists("MaxText.nvfp4") and not module_exists("MaxText.no_such_module")  # no __main__; missing
+
+
+def test_the_prediction_table_is_the_pre_flights_own_json():
+  """docs/prediction.md's table of predicted ratios is what scripts/prediction_table.py writes from the pre-flight's
+  JSON in docs/figures/prediction/: a figure edited in the doc alone, or a JSON replaced without `--write`, is red."""
+  spec = importlib.util.spec_from_file_location("prediction_table", REPO_ROOT / "scripts" / "prediction_table.py")
+  module = importlib.util.module_from_spec(spec)
+  sys.modules[spec.name] = module  # its dataclasses look their module up there
+  spec.loader.exec_module(module)
+  assert module.in_doc((REPO_ROOT / "docs" / "prediction.md").read_text(encoding="utf-8")) == module.table()
