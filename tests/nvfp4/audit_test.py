@@ -122,3 +122,60 @@ def test_every_order_gives_the_same_bf16_where_a_runs_sum_is_exact():
   tiny = x.at[:, ::16].multiply(2.0**-20)  # a value 2**20 smaller in every run: the sums may round
   _, low, high = jax.jit(audit.rht_interval)(tiny)
   assert np.any(np.asarray(low) != np.asarray(high))
+
+
+def _exact_runs() -> jax.Array:
+  """64 x 64 bf16 values of magnitude 1 to 2**11, random signs: every 16-value run sums exactly in float32 in any
+  order, so each RHT output's interval is ours alone and its least magnitude is our own."""
+  rng = np.random.default_rng(2)
+  return jnp.asarray(rng.uniform(1, 2**11, (64, 64)) * rng.choice([-1, 1], (64, 64)), jnp.bfloat16)
+
+
+@pytest.mark.parametrize("wrong", ["halved_amax", "scale_one_binade_down"])
+@pytest.mark.parametrize("name", ["wgrad_x", "wgrad_dy"])
+def test_an_amax_or_a_block_scale_below_every_orders_is_one_mismatch_and_no_accepted_difference(name, wrong):
+  """The interval's lower ends hold too: a tensor amax halved, or (separately) the largest block scale one E4M3
+  binade too small (its exponent field less one: 8 in the bit pattern), lies below what any summation order gives,
+  since here every order gives ours. Each is exactly one mismatch in its column, and nothing is counted as an
+  accepted order-dependent difference. Why: where each element's least magnitude is computed too small (down to 0),
+  a value below every order's is 'explained' by the order and a wrong quantizer passes the audit."""
+  operand = _OPERANDS[name]
+  x = _exact_runs()
+  ours = _encode(x, operand)
+  _, low, high = jax.jit(audit.rht_interval)(audit.blocked(x, operand))
+  assert np.array_equal(np.asarray(low), np.asarray(high))  # the premise: one value per element
+  same = np.asarray(_order_aware(x, operand, ours.codes, ours.scales, ours.amax, False).counts())
+  assert same.tolist() == [0, 0, 0, 0, 0, 0], same
+  if wrong == "halved_amax":
+    counts = np.asarray(_order_aware(x, operand, ours.codes, ours.scales, ours.amax / 2, False).counts())
+    assert counts.tolist() == [0, 0, 1, 0, 0, 0], counts
+    return
+  scales = np.asarray(ours.scales).copy()
+  at = np.unravel_index(np.argmax(scales), scales.shape)
+  assert (scales[at] >> 3) & 0xF >= 2, scales[at]  # one binade down stays a normal E4M3 value
+  scales[at] -= 8
+  counts = np.asarray(_order_aware(x, operand, ours.codes, scales, ours.amax, False).counts())
+  assert counts.tolist() == [0, 1, 0, 0, 0, 0], counts
+
+def test_a_run_just_past_the_exactness_limit_gets_an_interval_that_holds_the_left_to_right_sum():
+  """One RHT output whose 16 products are [2**24, 2**16, -384, 129, 129, 129, 0 x 10] x 2**-40: the sum of their
+  magnitudes is 2**24 + 66307 ulps of the smallest (129's, 2**-40), just past the 2**24 below which every order is
+  exact. Left to right in float32, each + 129 lands on a float32 tie and rounds to even, ending at 2**24 + 2**16:
+  a bf16 midpoint, which rounds down to 2**24; the exact sum, 3 more, rounds up to ours, 2**24 + 2**17 (all x 2**-40).
+  So the interval must reach below ours and hold the left-to-right value. Why: an exactness limit one binade too
+  loose (2**25) collapses the interval to ours for such runs, and a correct RHT that sums in another order fails."""
+  products = np.zeros(16, np.float64)
+  products[:6] = [2.0**24, 2.0**16, -384, 129, 129, 129]
+  products *= 2.0**-40
+  r = audit.hadamard.rht_matrix()
+  x = np.float32(products / r[:, 0])  # output 0's products: x_i R[i, 0], R[i, 0] = +-1/4
+  assert np.array_equal(np.float64(jnp.asarray(x, jnp.bfloat16).astype(jnp.float32)) * r[:, 0], products)
+  left_to_right = np.float32(0)
+  for p in np.float32(products):
+    left_to_right = np.float32(left_to_right + p)
+  assert float(left_to_right) == (2.0**24 + 2.0**16) * 2.0**-40
+  theirs = float(jnp.asarray(left_to_right).astype(jnp.bfloat16))
+  ours, low, high = (float(a[0, 0]) for a in jax.jit(audit.rht_interval)(jnp.asarray(x[None], jnp.bfloat16)))
+  assert ours == (2.0**24 + 2.0**17) * 2.0**-40 and theirs == 2.0**-16  # the two orders round apart
+  assert low < ours <= high, (low, ours, high)
+  assert low <= theirs <= high, (low, theirs, high)

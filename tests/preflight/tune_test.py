@@ -168,3 +168,62 @@ def test_the_search_stops_at_its_compile_budget():
   reference.compiled = _compiled(10.0, 200)
   found = tune.search(reference, [_row(1.0 + i / 10, 10, str(i)) for i in range(8)], compile_row, 100, budget=3)
   assert found.compiles == 4 and found.best is None  # the reference and three more
+
+
+def test_the_search_compiles_every_row_that_may_still_win_and_stops_at_the_first_that_cannot():
+  """The bound, pinned on both sides: the reference compiles at 1.0 and the first row at 0.9, so the best drops
+  mid-search; every later row estimated below 0.9, or above it by less than TOLERANCE (estimate x (1 - TOLERANCE)
+  under the best), compiles, and the search stops at the first row whose estimate x (1 - TOLERANCE) is over it.
+  Why: a bound loosened the wrong way (1 + TOLERANCE, or no tolerance) stops before a row estimated faster than the
+  best, and the table then reports a best that a compile it skipped would have beaten."""
+  edge = 0.9 / (1 - tune.TOLERANCE)  # the slowest estimate that may still beat a best of 0.9
+  estimates = {"a": 0.80, "b": 0.85, "c": 0.88, "d": edge * 0.99, "e": edge * 1.01, "f": edge * 1.02}
+  truth = {"a": 0.90, "b": 0.95, "c": 0.99, "d": 1.2, "e": 0.5, "f": 0.4}  # e and f would win: the bound's price
+  compiled: list[str] = []
+
+  def compile_row(row: tune.Row) -> None:
+    compiled.append(row.layout.remat)
+    row.compiled = _compiled(truth[row.layout.remat], 50)
+
+  reference = _row(1.0, 50, "ref")
+  reference.compiled, reference.reference = _compiled(1.0, 50), True
+  found = tune.search(reference, [_row(estimates[n], 50, n) for n in "fedcba"], compile_row, device_bytes=100,
+                      budget=10)
+  assert compiled == ["a", "b", "c", "d"], compiled
+  assert found.best.layout.remat == "a" and found.compiles == 5
+  # The rule itself, row by row in the order searched: a row compiles exactly when its estimate may beat the best
+  # compiled before it; the first that cannot ends the search.
+  best = 1.0
+  for row in found.rows[1:]:
+    may_win = row.estimate.seconds_per_token * (1 - tune.TOLERANCE) <= best / 1000
+    assert (row.compiled is not None) == may_win, (row.layout.remat, row.estimate.seconds_per_token, best)
+    if not may_win:
+      break
+    best = min(best, truth[row.layout.remat])
+
+
+def test_the_data_parallel_gradient_reduction_is_counted_once_a_step_whatever_the_reference_accumulated():
+  """A reference compiled at gradient_accumulation_steps=4 reduce-scatters its gradients once per microbatch, so its
+  scattered bytes are 4 x one gradient; a data-parallel group all-reduces the accumulated gradient once a step.
+  Estimated from it, a data=2 layout (fsdp=64 in each rack, data across the two) all-reduces one gradient shard,
+  2 (d - 1) / d x gradient / 64 on the network, at accumulation 1 or 4, and its whole communication is what the same
+  program compiled at accumulation 1 (a quarter of the bytes) gives. The network's seconds per byte are read off the
+  estimate itself (the reference's own fsdp=128 layout, which crosses racks), and the all-reduce is separated from the
+  FSDP term by the accumulation (that term is per microbatch), so the test holds whatever rate a link is priced at.
+  Why: a term that scales with the reference's accumulation makes every data-parallel layout look slower the more the
+  run accumulates, and the search then prunes the wrong rows."""
+  peaks = TARGETS["gb300"].peaks
+  one = _reference(_layout(accumulation=1), gathered=4e12, scattered=2e12)
+  four = _reference(_layout(accumulation=4), gathered=4 * 4e12, scattered=4 * 2e12)
+  network_per_byte = estimate.estimate(_layout(), four, FACTS, peaks, 128).comm_seconds / (6e12 * 127 / 128)
+
+  def comm(accumulation: int, ref: estimate.Reference) -> float:
+    data = _layout(ici=(1, 64, 1, 1), dcn=(2, 1, 1, 1), accumulation=accumulation)
+    return estimate.estimate(data, ref, FACTS, peaks, 128).comm_seconds
+
+  per_microbatch = (comm(4, four) - comm(1, four)) / 3
+  all_reduce = comm(1, four) - per_microbatch
+  assert per_microbatch > 0 and all_reduce > 0
+  assert all_reduce == pytest.approx(2 * (2 - 1) / 2 * 2e12 / 64 * network_per_byte, rel=1e-9)
+  for accumulation in (1, 4):
+    assert comm(accumulation, four) == pytest.approx(comm(accumulation, one), rel=1e-9), accumulation
