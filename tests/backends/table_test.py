@@ -2,8 +2,11 @@
 """The backend table (MaxText.backends.table): each backend's GEMM modules, expert GEMMs and facts, a toy backend
 added as one entry, and the TE recipe arguments (no TE needed)."""
 
+import re
+
 import flax.linen as nn
 import jax
+import jax.numpy as jnp
 import pytest
 
 from MaxText.backends import te as te_backend
@@ -96,3 +99,51 @@ def test_the_table_has_every_backend_and_nothing_else():
   assert set(table.TABLE) == set(Backend) - {Backend.AUTO}
   with pytest.raises(ValueError, match="nvfp4_backend=auto: no implementation"):
     table.implementation(Backend.AUTO)
+
+
+#: One GEMM as a DenseGeneral calls it: x (M, K) . W (K, N), bf16.
+_DIMS = (((1,), (0,)), ((), ()))
+
+
+def _operands() -> tuple[jax.Array, jax.Array, jax.Array]:
+  x = jax.random.normal(jax.random.key(0), (64, 128), jnp.bfloat16)
+  w = jax.random.normal(jax.random.key(1), (128, 32), jnp.bfloat16)
+  return x, w, jax.random.normal(jax.random.key(2), (64, 32), jnp.bfloat16)
+
+
+def test_the_fused_backends_dense_gemm_multiplies_with_its_block_scaled_gemm(monkeypatch):
+  """The fused backend's dense module hands our codes and scales to the block-scaled GEMM the table names, in
+  fprop, dgrad and wgrad. Without it the module is the emulated one under the fused name, and on CPU nothing else
+  tells: both multiply the same quantized values exactly (tests/train_runs_test.py's equal losses). The TE group
+  checks the same on Blackwell as three te_gemm_v2_ffi calls (tests/te/compile_test.py); here the GEMM is swapped
+  through the table for one that records its calls, and the unswapped module's program holds three
+  jax.nn.scaled_matmul, the emulated one's none."""
+  from MaxText.backends import environment, table  # pylint: disable=import-outside-toplevel
+  from MaxText.nvfp4.block_scaled import BlockCodes  # pylint: disable=import-outside-toplevel
+  from MaxText.nvfp4.gemm import scaled_matmul_gemm  # pylint: disable=import-outside-toplevel
+  from tests.backends.helpers import gemm_program  # pylint: disable=import-outside-toplevel
+
+  x, w, dy = _operands()
+  step = jnp.int32(0)
+
+  def scaled_matmuls(backend: Backend) -> int:
+    variables, run = gemm_program(module_class(Precision.NVFP4, backend, settings())(), x, w, _DIMS)
+    return len(re.findall(r"\bscaled_matmul\w*\[", str(jax.make_jaxpr(run)(variables, step, x, w, dy))))
+
+  with environment.answering(environment.Environment(te_error="not in this test", gpu_capabilities=())):
+    assert table.implementation(Backend.FUSED).block_gemm()[0] is scaled_matmul_gemm  # where TE cannot run
+    assert (scaled_matmuls(Backend.FUSED), scaled_matmuls(Backend.EMULATED)) == (3, 0)
+
+  calls = []
+
+  def recording(a, a_axis, b, b_axis, out_dtype):
+    calls.append((type(a), type(b), a_axis, b_axis))
+    return scaled_matmul_gemm(a, a_axis, b, b_axis, out_dtype)
+
+  monkeypatch.setattr(table, "fused_gemm", lambda: (recording, "recording GEMM"))
+  module = module_class(Precision.NVFP4, Backend.FUSED, settings())()
+  assert isinstance(module, Nvfp4DotGeneral) and module.block_gemm is recording
+  variables, run = gemm_program(module, x, w, _DIMS)
+  run(variables, step, x, w, dy)
+  assert {(a, b) for a, b, _, _ in calls} == {(BlockCodes, BlockCodes)}, calls
+  assert {(a_axis, b_axis) for _, _, a_axis, b_axis in calls} == {(1, 0), (1, 1), (0, 0)}, calls  # fprop, dgrad, wgrad

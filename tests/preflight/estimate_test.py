@@ -1,0 +1,54 @@
+# Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
+"""The layout estimate's shard rules (MaxText.preflight.estimate, MaxText.preflight.layouts.Layout.weight_shards):
+what the optimizer update and a weight's bytes are divided by. The estimate's link and compute rules:
+tests/preflight/tune_test.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from MaxText.preflight import estimate, layouts
+from MaxText.preflight.targets import TARGETS
+
+GIB = 1024**3
+#: Llama 3.1 405B's sizes at 8k tokens (the tune tests' model).
+FACTS = estimate.ModelFacts(layers=126, emb=16384, mlp=53248, heads=128, kv_heads=8, head_dim=128, vocab=128256,
+                            sequence=8192)
+#: The reference: fsdp=128 over two racks of 64 GB300s; 10 s of compute of which 0.5 s the optimizer update, 40 GiB
+#: of weights and optimizer state per GPU, 60 GiB of temporaries.
+REFERENCE = estimate.Reference(layout=layouts.Layout(ici=(1, 128, 1, 1), dcn=(1, 1, 1, 1), per_device_batch=1,
+                                                     accumulation=1, remat="full"),
+                               compute_seconds=10.0, optimizer_seconds=0.5, gathered_bytes=4e12, scattered_bytes=2e12,
+                               other_comm_seconds=0.0, state_bytes=40 * GIB, temporary_bytes=60 * GIB, model_flops=1e16)
+
+
+def _estimate(ici: tuple[int, int, int, int], dcn: tuple[int, int, int, int] = (1, 1, 1, 1)) -> estimate.Estimate:
+  """The estimate of a layout with the reference's batch, accumulation and remat (so the same tokens per GPU)."""
+  layout = layouts.Layout(ici=ici, dcn=dcn, per_device_batch=1, accumulation=1, remat="full")
+  return estimate.estimate(layout, REFERENCE, FACTS, TARGETS["gb300"].peaks, 128)
+
+
+def test_the_optimizer_update_takes_less_time_on_more_weight_shards():
+  """The update is elementwise over one GPU's shard of the weights and optimizer state: at the same tokens per GPU
+  the forward and backward cost the same (9.5 s), and the update's 0.5 s on 128 shards is 1 s on 64 and 2 s on 32
+  (data parallelism replicates, so its GPUs do not share the update). Red where the shard count multiplies."""
+  optimizer = {}
+  for shards, ici, dcn in [(128, (1, 128, 1, 1), (1, 1, 1, 1)), (64, (1, 64, 1, 1), (2, 1, 1, 1)),
+                           (32, (2, 32, 1, 1), (2, 1, 1, 1))]:
+    assert layouts.Layout(ici=ici, dcn=dcn, per_device_batch=1, accumulation=1, remat="full").weight_shards == shards
+    optimizer[shards] = _estimate(ici, dcn).compute_seconds - 9.5
+  assert optimizer == pytest.approx({128: 0.5, 64: 1.0, 32: 2.0}), optimizer
+
+
+def test_context_parallelism_shards_the_weights_as_fsdp_does():
+  """maxtext's rules shard `embed` over fsdp and context: fsdp 32 x context 2 splits each weight (and its optimizer
+  state) over 64 GPUs, as fsdp 64 does, so the two layouts' peak memory is the same 40 GiB x 128 / 64 + 60 GiB =
+  140 GiB. Weight shards of fsdp x tensor alone count 32 and estimate 220 GiB, and --tune then prunes every
+  context-parallel layout as over memory."""
+  context = layouts.Layout(ici=(1, 32, 2, 1), dcn=(2, 1, 1, 1), per_device_batch=1, accumulation=1, remat="full")
+  assert context.weight_shards == 64
+  assert layouts.Layout(ici=(1, 8, 2, 4), dcn=(2, 1, 1, 1), per_device_batch=1, accumulation=1,
+                        remat="full").weight_shards == 64  # and with tensor parallelism beside it
+  with_context, with_fsdp = _estimate((1, 32, 2, 1), (2, 1, 1, 1)), _estimate((1, 64, 1, 1), (2, 1, 1, 1))
+  assert with_context.peak_bytes / GIB == pytest.approx(140)
+  assert with_context.peak_bytes == pytest.approx(with_fsdp.peak_bytes)
