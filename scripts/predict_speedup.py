@@ -1,28 +1,32 @@
 # Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
-"""The step-time prediction (python -m MaxText.preflight --predict) against the published NVFP4-vs-FP8 results.
+"""The step-time prediction (python -m MaxText.preflight --predict) against NVIDIA's published NVFP4-vs-FP8 results.
 
-  .venv-gpu/bin/python scripts/predict_speedup.py [--json PATH] [--points NAME,...]
+  .venv-gpu/bin/python scripts/predict_speedup.py [--json PATH] [--points NAME,...] [--records DIR]
 
 For each published MaxText + TransformerEngine point (Llama 3 8B and Llama 3.1 405B, on GB200 and on GB300), compiles
 on this CPU, for the target: the FP8 recipe (configs/recipes/*_fp8.yml, maxtext's `quantization=fp8`), the NVFP4
 recipe (configs/recipes/*_te_nvfp4.yml, the plugin's te_nvfp4: MLP GEMMs in NVFP4) and the NVFP4 recipe as upstream
-maxtext compiles it (every dense GEMM in NVFP4 through TE), predicts each step (MaxText.preflight.predict), and
-prints predicted against published: the NVFP4/FP8 ratio and its error, model TFLOP/s per GPU and its error. The
-published numbers are the validation set: nothing in the model is set from them. docs/prediction.md is this
-command's table, with each miss explained.
+maxtext compiles it (every dense GEMM in NVFP4 through TE, the mode NVIDIA's example sets), predicts each step
+(MaxText.preflight.predict: the calibrated step, its interval and the roofline bound), and prints predicted against
+published: model TFLOP/s per GPU of FP8 and of every-GEMM NVFP4, and their ratio. `--records DIR` also keeps each
+program's kernels as the calibrated model reads them (MaxText.preflight.calibration.records), one JSON per point:
+what scripts/fit_prediction.py fits the model's few constants to, and reports the held-out figures with.
 
-Setups. GPU counts: Llama 3 8B on one compute tray of 4 GPUs (the recipes'; the post gives no count for 8B, an
-assumption), Llama 3.1 405B on 128 GPUs, the count NVIDIA's MaxText NVFP4 post reports. Batch and parallelism are
-not given with the results, so they are the recipes' (assumptions): 8B per_device_batch_size 3 x 8192 tokens (tuned
-for 8 B200s), FSDP over the 4; 405B the layout `--tune` found for 128 GB300s (FSDP over the 64 GPUs of each NVL72 rack, data
-parallelism across the two racks, per_device_batch_size 2 x 8192 tokens, remat full), on both GPUs. A collective
-whose GPUs lie in both racks is timed at the scale-out network's bandwidth (MaxText.preflight.predict). Each
-program at its own tuned layout, GB200 included, is `python -m MaxText.preflight ... --tune` (docs/prediction.md).
+Setups, as NVIDIA ran them where published:
+  - Llama 3 8B: JAX-Toolbox's MaxText NVFP4 example (NVIDIA/JAX-Toolbox, docs/frameworks/maxtext/nvfp4/
+    nvfp4_example.sh at 8e79966): 4 GPUs (one compute tray) with ici_fsdp_parallelism=4, per_device_batch_size 4,
+    8192 tokens, remat minimal_with_context_and_quantization, scan_layers false, cuDNN flash attention through TE,
+    XLA_PYTHON_CLIENT_MEM_FRACTION=0.9. The blog post's numbers are not said to come from that script (it is the
+    example the post links); taken as the setup, an assumption said per point.
+  - Llama 3.1 405B: 128 GPUs, the count the post reports; the layout is not published. The recipes' layout, the one
+    `--tune` found for 128 GB300s (FSDP over the 64 GPUs of each NVL72 rack, data parallelism 2 across the racks,
+    per_device_batch_size 2 x 8192 tokens, remat full), on both GPUs (assumed, said per point).
+A collective whose GPUs lie in both racks is timed at the scale-out network's bandwidth.
 
-A point whose programs do not all fit the GPU (within jax's default 75%, MaxText.preflight.report.Memory) is
-predicted and printed, marked as not fitting in the table and the JSON (`fits`, `peak_gib`, `validated` false), and
-not counted as validated: its program would not run as compiled. Exit 2 with one line when a program does not
-compile.
+A point whose programs do not all fit the GPU (within the memory fraction the setup gives jax,
+MaxText.preflight.report.Memory) is predicted and printed, marked as not fitting in the table and the JSON (`fits`,
+`peak_gib`, `validated` false), and not counted as validated: its program would not run as compiled. Exit 2 with one
+line when a program does not compile.
 """
 
 from __future__ import annotations
@@ -48,8 +52,8 @@ from bench_step import write_json  # noqa: E402
 
 from MaxText.backends import environment
 from MaxText.integration import cli, seam
+from MaxText.preflight import calibration, library, predict, programs, report
 from MaxText.preflight import kernels as kernels_lib
-from MaxText.preflight import library, predict, programs, report
 from MaxText.preflight.targets import TARGETS
 
 #: Where the published numbers come from: NVIDIA's blog post, read through the copies named (the post's own page
@@ -79,25 +83,38 @@ class Point:
   published_nvfp4_tflops: float
   note: str = ""
   assumed: str = ""  # what of the setup is an assumption, not the publication's
+  overrides: tuple[str, ...] = ()  # the setup's keys over both recipes
+  mem_fraction: float = report.DEFAULT_MEM_FRACTION  # the share of the GPU the setup gives jax
 
 
 #: What of each setup is assumed (the post gives the 405B's GPU count, 128, and nothing else of either setup).
-_ASSUMED_8B = "GPU count 4 (one tray), per_device_batch_size 3, FSDP over the 4: the recipe's"
+_ASSUMED_8B = ("the setup of JAX-Toolbox's MaxText NVFP4 example (4 GPUs, FSDP 4, per_device_batch_size 4, remat "
+               "minimal_with_context_and_quantization, scan_layers false, 90% of the GPU to jax), taken as the post's")
 _ASSUMED_405B = ("per_device_batch_size 2, FSDP over 64 in each rack x data 2 across racks, remat full: the recipe's, "
-                 "tuned for 128 GB300s (the GPU count is the post's)")
+                 "tuned for 128 GB300s by --tune (the post gives only the GPU count)")
+_ASSUMED_405B_GB200 = ("per_device_batch_size 1, FSDP over 64 in each rack x data 2 across racks, remat full, 90% of "
+                       "the GPU to jax: the layout --tune found for 128 GB200s (batch 2 does not fit a GB200; at jax's "
+                       "default 75% FSDP must span both racks), the post gives only the GPU count")
+#: JAX-Toolbox's MaxText NVFP4 example (docs/frameworks/maxtext/nvfp4/nvfp4_example.sh at 8e79966fd6a3).
+EXAMPLE_8B = ("per_device_batch_size=4", "scan_layers=false", "ici_fsdp_parallelism=4",
+              "remat_policy=minimal_with_context_and_quantization", "max_target_length=8192")
+EXAMPLE_8B_MEM_FRACTION = 0.9
 
 POINTS = (
     Point(name="llama3_8b_gb200", model="Llama 3 8B", fp8_recipe="configs/recipes/llama3_8b_fp8.yml",
           nvfp4_recipe="configs/recipes/llama3_8b_te_nvfp4.yml", target="gb200", devices=4, published_ratio=1.35,
-          published_fp8_tflops=1497, published_nvfp4_tflops=2017, assumed=_ASSUMED_8B,
+          published_fp8_tflops=1497, published_nvfp4_tflops=2017, assumed=_ASSUMED_8B, overrides=EXAMPLE_8B,
+          mem_fraction=EXAMPLE_8B_MEM_FRACTION,
           note="the stated 1.35x; the per-GPU pair quoted in issue 29 (1,497 -> 1,713) is 1.14x and disagrees: "
                "2,017 TF/s (copy_8b_gb200) gives 1,497 -> 2,017 = 1.35x, so 1,713 reads as a transcription slip"),
     Point(name="llama3_8b_gb300", model="Llama 3 8B", fp8_recipe="configs/recipes/llama3_8b_fp8.yml",
           nvfp4_recipe="configs/recipes/llama3_8b_te_nvfp4.yml", target="gb300", devices=4, published_ratio=1.31,
-          published_fp8_tflops=1759, published_nvfp4_tflops=2301, assumed=_ASSUMED_8B),
+          published_fp8_tflops=1759, published_nvfp4_tflops=2301, assumed=_ASSUMED_8B, overrides=EXAMPLE_8B,
+          mem_fraction=EXAMPLE_8B_MEM_FRACTION),
     Point(name="llama3.1_405b_gb200", model="Llama 3.1 405B", fp8_recipe="configs/recipes/llama3.1_405b_fp8.yml",
           nvfp4_recipe="configs/recipes/llama3.1_405b_te_nvfp4.yml", target="gb200", devices=128,
-          published_ratio=1.44, published_fp8_tflops=1557, published_nvfp4_tflops=2224, assumed=_ASSUMED_405B,
+          published_ratio=1.44, published_fp8_tflops=1557, published_nvfp4_tflops=2224,
+          assumed=_ASSUMED_405B_GB200, overrides=("per_device_batch_size=1",), mem_fraction=0.9,
           note="the per-GPU pair gives 1.43x"),
     Point(name="llama3.1_405b_gb300", model="Llama 3.1 405B", fp8_recipe="configs/recipes/llama3.1_405b_fp8.yml",
           nvfp4_recipe="configs/recipes/llama3.1_405b_te_nvfp4.yml", target="gb300", devices=128,
@@ -121,9 +138,10 @@ class _Program:
 def _compile(recipe: str, point: Point, label: str, upstream: bool = False) -> _Program:
   """One recipe compiled for the point's GPUs; upstream: as maxtext's own te_nvfp4 (every GEMM)."""
   with programs.COMPARISONS["nvfp4_all"].context() if upstream else contextlib.nullcontext():
-    config = library.load_config(recipe, [], point.devices)
+    config = library.load_config(recipe, list(point.overrides), point.devices)
     compiled = library.compile_step(config, point.target, point.devices, f"{point.name}, {label}")
-  return _Program(kernels_lib.kernels(compiled.as_text()), config, report.Memory.of(compiled, TARGETS[point.target]))
+  return _Program(kernels_lib.kernels(compiled.as_text()), config,
+                  report.Memory.of(compiled, TARGETS[point.target], point.mem_fraction))
 
 
 def _error(predicted: float, published: float) -> float:
@@ -147,29 +165,35 @@ def predict_point(point: Point) -> dict[str, Any]:
                                    lambda comparison: compared[comparison.name].kernels)
   run, base, every = predicted.run, predicted.against["fp8"], predicted.against["nvfp4_all"]
   ratio, every_ratio = predicted.speedups()["fp8"], predict.speedup(base, every)
-  overlapped = base.overlapped_seconds / run.overlapped_seconds
+  tflops = {"fp8": base.tflops_per_gpu, "nvfp4": run.tflops_per_gpu, "nvfp4_every_gemm": every.tflops_per_gpu}
   result = {
       "point": point.name, "model": point.model, "target": point.target, "gpu": target.name,
       "devices": point.devices, "recipes": {"fp8": point.fp8_recipe, "nvfp4": point.nvfp4_recipe},
+      "overrides": list(point.overrides), "mem_fraction": point.mem_fraction,
       "published_ratio": point.published_ratio, "predicted_ratio": ratio,
       "ratio_error": _error(ratio, point.published_ratio),
       "predicted_ratio_every_gemm_nvfp4": every_ratio,
       "ratio_error_every_gemm_nvfp4": _error(every_ratio, point.published_ratio),
-      "predicted_ratio_overlapped": overlapped,
+      "predicted_ratio_roofline": base.roofline_seconds / every.roofline_seconds,
       "amdahl_ceiling": predicted.ceilings()["fp8"],
       "published_tflops_per_gpu": {"fp8": point.published_fp8_tflops, "nvfp4": point.published_nvfp4_tflops},
-      "predicted_tflops_per_gpu": {"fp8": base.tflops_per_gpu, "nvfp4": run.tflops_per_gpu,
-                                   "nvfp4_every_gemm": every.tflops_per_gpu},
+      "predicted_tflops_per_gpu": tflops,
+      "predicted_tflops_interval": {"fp8": base.as_dict()["model_tflops_per_gpu_interval"],
+                                    "nvfp4_every_gemm": every.as_dict()["model_tflops_per_gpu_interval"]},
+      "roofline_tflops_per_gpu": {"fp8": base.roofline_tflops_per_gpu, "nvfp4_every_gemm": every.roofline_tflops_per_gpu},
       "tflops_error": {"fp8": _error(base.tflops_per_gpu, point.published_fp8_tflops),
                        "nvfp4": _error(run.tflops_per_gpu, point.published_nvfp4_tflops),
                        "nvfp4_every_gemm": _error(every.tflops_per_gpu, point.published_nvfp4_tflops)},
       "predictions": {"fp8": base.as_dict(), "nvfp4": run.as_dict(), "nvfp4_every_gemm": every.as_dict()},
-      "fits_75_percent": {"fp8": fp8.fits, "nvfp4": nvfp4.fits, "nvfp4_every_gemm": upstream.fits},
+      "factors": {f.name: f.as_dict() for f in predicted.factors},
+      "fits": {"fp8": fp8.fits, "nvfp4": nvfp4.fits, "nvfp4_every_gemm": upstream.fits},
       "peak_gib": {name: p.memory.peak / report.GIB for name, p in by_name.items()},
       "device_gib": fp8.memory.device / report.GIB,
       "validated": all(p.fits for p in by_name.values()),
       "assumed": point.assumed,
       "note": point.note,
+      "records": {name: calibration.records(p.kernels) for name, p in by_name.items()},
+      "model_tflops_per_step": base.model_flops / 1e12,
   }
   if point.name == "llama3_8b_gb200":
     alternative = ALTERNATIVE_8B_GB200
@@ -186,22 +210,30 @@ def fit_cell(result: dict[str, Any]) -> str:
   > 143.6'."""
   if result["validated"]:
     return "yes"
-  over = [f"{name} {result['peak_gib'][name]:.1f} GiB" for name, fits in result["fits_75_percent"].items() if not fits]
+  over = [f"{name} {result['peak_gib'][name]:.1f} GiB" for name, fits in result["fits"].items() if not fits]
   return f"NO: {', '.join(over)} > {result['device_gib']:.1f}"
 
 
 def _table(results: list[dict[str, Any]]) -> list[str]:
-  lines = [f"{'point':<22} {'GPUs':>5} {'published':>9} {'predicted':>9} {'error':>7} {'every GEMM':>10} "
-           f"{'error':>7} {'overlap':>7}   {'FP8 TF/s pub/pred':>18} {'err':>6}   {'NVFP4 TF/s pub/pred':>19} "
-           f"{'err':>6}   fits (75% of the GPU)"]
+  lines = [f"{'point':<22} {'GPUs':>5} {'published':>9} {'every GEMM':>10} {'error':>7} {'recipe':>7}   "
+           f"{'FP8 TF/s pub/pred':>18} {'err':>6} {'interval':>13}   {'NVFP4 TF/s pub/pred':>19} {'err':>6} "
+           f"{'interval':>13}   {'roofline':>13}   fits"]
   for r in results:
     pub, pred, err = r["published_tflops_per_gpu"], r["predicted_tflops_per_gpu"], r["tflops_error"]
+    low_high = r.get("predicted_tflops_interval", {})
+    roof = r.get("roofline_tflops_per_gpu", {})
+
+    def span(name: str) -> str:
+      low, high = low_high.get(name, (0.0, 0.0))
+      return f"{low:,.0f}-{high:,.0f}"
+
     lines.append(
-        f"{r['point']:<22} {r['devices']:>5} {r['published_ratio']:>8.2f}x {r['predicted_ratio']:>8.2f}x "
-        f"{r['ratio_error']:>+7.0%} {r['predicted_ratio_every_gemm_nvfp4']:>9.2f}x "
-        f"{r['ratio_error_every_gemm_nvfp4']:>+7.0%} {r['predicted_ratio_overlapped']:>6.2f}x   "
-        f"{pub['fp8']:>8,.0f}/{pred['fp8']:>9,.0f} {err['fp8']:>+6.0%}   {pub['nvfp4']:>8,.0f}/{pred['nvfp4']:>10,.0f} "
-        f"{err['nvfp4']:>+6.0%}   {fit_cell(r)}")
+        f"{r['point']:<22} {r['devices']:>5} {r['published_ratio']:>8.2f}x {r['predicted_ratio_every_gemm_nvfp4']:>9.2f}x "
+        f"{r['ratio_error_every_gemm_nvfp4']:>+7.0%} {r['predicted_ratio']:>6.2f}x   "
+        f"{pub['fp8']:>8,.0f}/{pred['fp8']:>9,.0f} {err['fp8']:>+6.0%} {span('fp8'):>13}   "
+        f"{pub['nvfp4']:>8,.0f}/{pred['nvfp4_every_gemm']:>10,.0f} {err['nvfp4_every_gemm']:>+6.0%} "
+        f"{span('nvfp4_every_gemm'):>13}   {roof.get('fp8', 0):>6,.0f}/{roof.get('nvfp4_every_gemm', 0):<6,.0f}   "
+        f"{fit_cell(r)}")
   validated = [r for r in results if r["validated"]]
   within = [r for r in validated if abs(r["ratio_error_every_gemm_nvfp4"]) <= 0.15]
   lines.append(f"validated (every program fits): {len(validated)} of {len(results)} points; of them, every GEMM "
@@ -213,6 +245,9 @@ def _table(results: list[dict[str, Any]]) -> list[str]:
 def main(argv: list[str]) -> int:
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("--json", type=pathlib.Path, help="also write the table as JSON to this path")
+  parser.add_argument("--records", type=pathlib.Path, metavar="DIR",
+                      help="also write each point's programs' kernels (the calibrated model's records) to DIR/<point>.json, "
+                           "what scripts/fit_prediction.py reads")
   parser.add_argument("--points", default=",".join(p.name for p in POINTS),
                       help=f"comma-separated points to predict (default all: {', '.join(p.name for p in POINTS)})")
   args = parser.parse_args(argv)
@@ -224,10 +259,23 @@ def main(argv: list[str]) -> int:
   seam.register()
   seam.install_cli_error_handler(cli.one_line_config_errors(["predict_speedup"], "predict_speedup"))
   start = time.perf_counter()
-  results = [predict_point(point) for point in POINTS if point.name in chosen]
+  results = []
+  for point in POINTS:
+    if point.name not in chosen:
+      continue
+    results.append(predict_point(point))
+    if args.records:
+      write_json(args.records / f"{point.name}.json", {
+          "command": "scripts/predict_speedup.py " + " ".join(argv), "date": datetime.date.today().isoformat(),
+          **{key: results[-1][key] for key in ("point", "model", "target", "devices", "overrides", "mem_fraction",
+                                               "published_tflops_per_gpu", "published_ratio", "assumed", "validated",
+                                               "model_tflops_per_step", "records")}})
   elapsed = time.perf_counter() - start
-  print("\npredicted (a roofline per kernel at datasheet peaks, no overlap) against published, "
-        "NVFP4 over FP8 step time; 'every GEMM': upstream maxtext's te_nvfp4; 'overlap': collectives hidden:")
+  for r in results:
+    del r["records"]
+  print("\npredicted (the calibrated step, MaxText/preflight/calibration.py, its interval from all communication "
+        "hidden to none, and the roofline bound) against published; 'every GEMM': upstream maxtext's te_nvfp4, the "
+        "published program; 'recipe': the plugin's te_nvfp4 (MLP GEMMs) over FP8:")
   print("\n".join(_table(results)))
   for r in results:
     print(f"  {r['point']}: assumed {r['assumed']}" + (f"; {r['note']}" if r["note"] else ""))

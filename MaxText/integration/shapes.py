@@ -162,6 +162,7 @@ class LayoutFacts:
   accumulation: int
   remat: str
   context_parallel: bool
+  microbatches: int = 0  # num_pipeline_microbatches (maxtext sets it to the stages when a pipeline leaves it -1)
 
 
 def layout_facts(config: Any) -> LayoutFacts:
@@ -177,4 +178,4 @@ def layout_facts(config: Any) -> LayoutFacts:
                      sequence=int(config.max_target_length), mlp_matrices=len(config.mlp_activations) + 1,
                      mesh=mesh_sizes(config), per_device_batch=float(config.per_device_batch_size),
                      accumulation=int(config.gradient_accumulation_steps), remat=str(config.remat_policy),
-                     context_parallel=ring or not packed)
+                     context_parallel=ring or not packed, microbatches=int(config.num_pipeline_microbatches))

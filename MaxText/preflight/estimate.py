@@ -24,6 +24,14 @@ a prediction.
                 compiled with tensor=8 for 128 GB300s: 884 bf16 reduce-scatters and 2,016 FP8 all-gathers of
                 [8, 8192, 16384] over 126 layers, 30 bytes an element per layer at r = 0.55).
   context       3 + r all-gathers of a layer's keys and values over the context group.
+  pipeline      s stages of m microbatches: compute x (m + s - 1) / m (the bubble); a GPU gathers and scatters
+                only its stage's layers (1 / s of the FSDP bytes, once a step); each of the m + s - 1 iterations
+                sends a microbatch's activations (tokens x emb, BF16) to the next stage, 2 + r times (forward,
+                backward, recomputed), on the network when a stage fills a domain; the stage's weights are held
+                gathered (BF16, 1 / (s x tensor) of them), the state is split over s more.
+  links         every collective at the calibrated share of its link's rate (MaxText.preflight.calibration:
+                nccl-tests' bus bandwidth), and hidden behind compute as the layer loop's asynchronous collectives
+                are: the step is max(compute, communication), `unhidden_seconds` their sum.
   memory        arguments and outputs (weights, optimizer state) scale with 1 / the weight shards; temporaries
                 are the reference's less its saved activations (layers x tokens x the policy's saved bytes per
                 token, plus the logits), which then scale with the tokens of a microbatch.
@@ -37,13 +45,26 @@ import dataclasses
 from collections.abc import Iterable
 from typing import Any
 
-from MaxText.preflight import predict
+from MaxText.preflight import calibration, predict
 from MaxText.preflight.classify import Math
 from MaxText.preflight.kernels import Kernel
 from MaxText.preflight.layouts import Layout
 from MaxText.preflight.targets import Peaks
 
-__all__ = ["Estimate", "ModelFacts", "Reference", "estimate", "tensor_bytes"]
+__all__ = ["Estimate", "ModelFacts", "Reference", "UnknownRemat", "estimate", "tensor_bytes"]
+
+
+class UnknownRemat(ValueError):
+  """A remat policy the estimate has no rule for."""
+
+
+def _policy(table: dict[str, Any], remat: str) -> Any:
+  """`table`'s entry for `remat`; a policy without one is an error naming it, never a silent default (a default
+  would skew every estimate made from or to that policy)."""
+  if remat not in table:
+    raise UnknownRemat(f"remat_policy={remat!r}: the layout estimate has no rule for it (it knows "
+                       f"{', '.join(sorted(table))}); choose one of those for --tune")
+  return table[remat]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -69,14 +90,19 @@ class ModelFacts:
     total = sum(flops.values())
     return {name: value / total for name, value in flops.items()}
 
+  def parameters(self) -> int:
+    """The decoder layers' weights (embeddings left out)."""
+    attention = self.emb * (2 * self.heads + 2 * self.kv_heads) * self.head_dim
+    return self.layers * (attention + self.mlp_matrices * self.emb * self.mlp)
+
   def recomputed(self, remat: str) -> float:
     """r: the share of the forward that the backward computes again under the remat policy."""
     share = self.forward_shares()
-    return {"full": 1.0, "save_qkv_proj": 1.0 - share["qkv"], "save_out_proj": 1.0 - share["out"],
+    return _policy({"full": 1.0, "save_qkv_proj": 1.0 - share["qkv"], "save_out_proj": 1.0 - share["out"],
             "save_dot_except_mlp": share["mlp"] + share["attention"], "save_dot_with_context_except_mlp": share["mlp"],
             "save_dot_except_mlpwi": share["mlp"] * 2 / 3 + share["attention"],
             "minimal_with_context": 0.0, "minimal": share["attention"], "minimal_with_context_and_quantization": 0.0,
-            "minimal_with_quantization": share["attention"]}.get(remat, 1.0)
+            "minimal_with_quantization": share["attention"]}, remat)
 
   def saved_bytes(self, remat: str) -> int:
     """Bytes per token and layer a remat policy keeps for the backward (BF16), beyond the layer's input."""
@@ -84,11 +110,11 @@ class ModelFacts:
     context, out, mlp = 2 * self.heads * self.head_dim, 2 * self.emb, 2 * (self.mlp_matrices - 1) * self.mlp
     minimal = qkv + out + mlp + 2 * self.emb
     quantized = 2 * self.emb + self.heads * self.head_dim + self.mlp  # each GEMM input once more, in 8 bits
-    return {"full": 0, "save_qkv_proj": qkv, "save_out_proj": out, "save_dot_except_mlp": qkv + out,
+    return _policy({"full": 0, "save_qkv_proj": qkv, "save_out_proj": out, "save_dot_except_mlp": qkv + out,
             "save_dot_with_context_except_mlp": qkv + context + out, "save_dot_except_mlpwi": qkv + out + 2 * self.emb,
             "minimal_with_context": minimal + context, "minimal": minimal,
             "minimal_with_context_and_quantization": minimal + context + quantized,
-            "minimal_with_quantization": minimal + quantized}.get(remat, 0) + 2 * self.emb
+            "minimal_with_quantization": minimal + quantized}, remat) + 2 * self.emb
 
   def logits_bytes(self) -> int:
     """Per token: the output head's logits in f32 and their gradient in BF16."""
@@ -111,7 +137,7 @@ class Reference:
 
   @classmethod
   def of(cls, layout: Layout, found: Iterable[Kernel], prediction: predict.Prediction, memory: Any,
-         peaks: Peaks) -> Reference:
+         peaks: Peaks, factors: calibration.Factors | None = None) -> Reference:
     """From a compiled program's kernels, its prediction and its memory (MaxText.preflight.report.Memory)."""
     fsdp = layout.size("fsdp") * layout.size("context")
     gathered = scattered = other = 0.0
@@ -125,7 +151,8 @@ class Reference:
       elif work.group == fsdp > 1 and kernel.opcode.startswith("reduce-scatter"):
         scattered += whole
       else:
-        other += predict.kernel_seconds(kernel, peaks) * kernel.runs
+        other += predict.kernel_seconds(kernel, peaks) * kernel.runs / _bus_efficiency(kernel.work.group, peaks,
+                                                                                      factors)
     optimizer = sum(s for (_, phase), s in prediction.elementwise_seconds.items() if phase == "elsewhere")
     return cls(layout=layout, compute_seconds=prediction.step_seconds - prediction.seconds[predict.Group.COMMUNICATION],
                optimizer_seconds=optimizer, gathered_bytes=gathered, scattered_bytes=scattered,
@@ -145,11 +172,13 @@ class Estimate:
 
   @property
   def step_seconds(self) -> float:
-    return self.compute_seconds + self.comm_seconds
+    """Communication hidden behind compute (the layer loop's collectives are asynchronous)."""
+    return max(self.compute_seconds, self.comm_seconds)
 
   @property
-  def overlapped_seconds(self) -> float:
-    return max(self.compute_seconds, self.comm_seconds)
+  def unhidden_seconds(self) -> float:
+    """None of it hidden: the interval's other end."""
+    return self.compute_seconds + self.comm_seconds
 
   @property
   def seconds_per_token(self) -> float:
@@ -170,25 +199,36 @@ def _tokens(layout: Layout, facts: ModelFacts) -> float:
   return layout.per_device_batch * facts.sequence
 
 
-def estimate(layout: Layout, ref: Reference, facts: ModelFacts, peaks: Peaks, devices: int) -> Estimate:
+def _bus_efficiency(group: int, peaks: Peaks, factors: calibration.Factors | None) -> float:
+  """The calibrated share of the link's rate a collective over `group` GPUs reaches (by its size: the reference's
+  other collectives are not moved across domains by a layout)."""
+  factors = factors or calibration.Factors.fitted()
+  return factors.network_bus_efficiency if group > peaks.nvlink_domain else factors.nvlink_bus_efficiency
+
+
+def estimate(layout: Layout, ref: Reference, facts: ModelFacts, peaks: Peaks, devices: int,
+             factors: calibration.Factors | None = None) -> Estimate:
   """`layout`'s step estimated from `ref` (the same program compiled at another layout) by the module's rules."""
+  factors = factors or calibration.Factors.fitted()
   micro, micro_ref = _tokens(layout, facts), _tokens(ref.layout, facts)
   tokens, tokens_ref = micro * layout.accumulation, micro_ref * ref.layout.accumulation
   r, r_ref = facts.recomputed(layout.remat), facts.recomputed(ref.layout.remat)
   shards, shards_ref = layout.weight_shards, ref.layout.weight_shards
   compute = ((ref.compute_seconds - ref.optimizer_seconds) * tokens / tokens_ref * (3 + r) / (3 + r_ref)
-             + ref.optimizer_seconds * shards_ref / shards)
+             * layout.bubble / ref.layout.bubble + ref.optimizer_seconds * shards_ref / shards)
 
   per_domain = peaks.domain_gpus(devices)
   tensor, tensor_ref = layout.size("tensor"), ref.layout.size("tensor")
 
   def link(spans: bool) -> float:
-    return peaks.network if spans else peaks.nvlink
+    return (peaks.network * factors.network_bus_efficiency if spans
+            else peaks.nvlink * factors.nvlink_bus_efficiency)
 
   fsdp = layout.size("fsdp") * layout.size("context")
   fsdp_spans = (layout.dcn[1] * layout.dcn[2] > 1) or (fsdp > per_domain)
   microbatches = layout.accumulation / ref.layout.accumulation
-  whole = (ref.gathered_bytes + ref.scattered_bytes) * tensor_ref / tensor * microbatches
+  whole = ((ref.gathered_bytes + ref.scattered_bytes) * tensor_ref / tensor * microbatches
+           * ref.layout.stages / layout.stages)
   comm = whole * (fsdp - 1) / fsdp / link(fsdp_spans)
   data = layout.size("data")
   if data > 1:
@@ -196,16 +236,22 @@ def estimate(layout: Layout, ref: Reference, facts: ModelFacts, peaks: Peaks, de
     comm += 2 * (data - 1) / data * gradient_shard / link(layout.dcn[0] > 1)
   if tensor > 1:
     wire = (tensor - 1) * micro / layout.size("context") * facts.emb * tensor_bytes(r)
-    comm += facts.layers * layout.accumulation * wire / peaks.nvlink
+    comm += facts.layers * layout.accumulation * wire / link(False)
   context = layout.size("context")
   if context > 1:
     keys_values = micro * 2 * facts.kv_heads * facts.head_dim * 2
-    comm += (3 + r) * facts.layers * layout.accumulation * (context - 1) * keys_values / peaks.nvlink
+    comm += (3 + r) * facts.layers * layout.accumulation * (context - 1) * keys_values / link(False)
+  if layout.stages > 1:
+    iteration = micro * layout.stages / layout.microbatches * facts.emb * 2
+    stage_spans = devices // layout.stages >= per_domain and devices > per_domain
+    comm += ((2 + r) * (layout.microbatches + layout.stages - 1) * layout.accumulation * iteration
+             / link(stage_spans))
   comm += ref.other_comm_seconds
 
   activations_ref = micro_ref * (facts.layers * facts.saved_bytes(ref.layout.remat) + facts.logits_bytes() / tensor_ref)
   fixed = max(ref.temporary_bytes - activations_ref, 0) * tensor_ref / tensor
   activations = micro * (facts.layers * facts.saved_bytes(layout.remat) + facts.logits_bytes() / tensor)
-  peak = ref.state_bytes * shards_ref / shards + fixed + activations
+  held = facts.parameters() * 2 / (layout.stages * tensor) if layout.stages > 1 else 0.0  # gathered once a step
+  peak = ref.state_bytes * shards_ref / shards + fixed + activations + held
   return Estimate(compute_seconds=compute, comm_seconds=comm, peak_bytes=peak, tokens=tokens,
                   model_flops=ref.model_flops * tokens / tokens_ref)

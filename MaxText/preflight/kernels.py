@@ -70,6 +70,8 @@ class Kernel:
   work: Work = Work()
   scope: str = ""
   results: tuple[str, ...] = ()  # the element types of its result, sorted, u8 workspaces left out
+  computation: str = ""  # the computation whose schedule launches it: the entry, a loop body, a branch
+  asynchronous: bool = False  # launched between an async start and its done: may overlap what its computation runs
 
   @property
   def attributed(self) -> str:
@@ -190,10 +192,13 @@ def kernels(hlo: str) -> list[Kernel]:
   found: list[Kernel] = []
   seen: set[str] = set()
 
-  def visit(name: str, runs: int, context: str) -> None:
+  def visit(name: str, runs: int, context: str, schedule: str = "", asynchronous: bool = False) -> None:
+    """The kernels of computation `name`; `schedule`: the computation whose schedule they run in (an async
+    start's wrapped computation runs in its caller's, overlapping it), "" for `name` itself."""
     if name in seen or name not in computations:
       return
     seen.add(name)
+    schedule = schedule or name
     shapes: dict[str, str] = {}
     for inst in instructions(computations[name]):
       shapes[inst.name] = inst.shape
@@ -202,9 +207,10 @@ def kernels(hlo: str) -> list[Kernel]:
         inner = runs * (int(trips.group(1)) if trips else 1)
         entered = patterns.op_name.search(inst.rest)
         inner_context = entered.group(1) if entered and entered.group(1) else context
+        wrapped = inst.opcode == "async-start"
         for key, called in patterns.called.findall(inst.rest):
           if key != "to_apply" or inst.opcode == "call":
-            visit(called, inner, inner_context)
+            visit(called, inner, inner_context, schedule if wrapped else "", wrapped)
         for group in patterns.branches.findall(inst.rest):
           for called in group.split(","):
             visit(called.strip().lstrip("%"), runs, inner_context)
@@ -231,7 +237,9 @@ def kernels(hlo: str) -> list[Kernel]:
       own = op_name.group(1) if op_name else ""
       found.append(Kernel(name=inst.name, opcode=opcode, target=target_name, bytes=moved, op_name=own, runs=runs,
                           work=work, scope=scope or own or context,
-                          results=tuple(sorted({t for t, _ in arrays(inst.shape) if t != _WORKSPACE}))))
+                          results=tuple(sorted({t for t, _ in arrays(inst.shape) if t != _WORKSPACE})),
+                          computation=schedule,
+                          asynchronous=asynchronous or inst.opcode.endswith("-start")))
 
   visit(entry, 1, "")
   return found

@@ -7,6 +7,13 @@ accumulation and the remat policy. Why a module of its own, without jax or maxte
 estimated and pruned (MaxText.preflight.estimate) before anything compiles, and the command line checks its
 arguments before it imports maxtext.
 
+Pipeline parallelism (maxtext's `stage` axis, between data and fsdp in its mesh order) splits the decoder layers
+into `stages` consecutive stages, each on its own GPUs, with `microbatches` microbatches a step (maxtext's
+num_pipeline_microbatches, a multiple of the stages; the bubble is (stages - 1) / (microbatches + stages - 1)); the
+weights are gathered over FSDP once a step (pipeline_fsdp_ag_once), not once per microbatch. A stage axis outside
+fsdp lays each stage on consecutive device ids: stages of a whole domain each sit in their own domain, which is
+NVIDIA's usual placement (pipeline across nodes, tensor within).
+
 How the mesh maps to GPUs. maxtext lays the devices out axis by axis in its `mesh_axes` order (data first, tensor
 last), the across-domain part of each axis outside its within-domain part (jax's hybrid mesh), each domain one of
 jax's slices (`num_slices`; on NVL72 racks, the slice_index jax.distributed is given per rack). The pre-flight
@@ -46,6 +53,8 @@ class Layout:
   per_device_batch: float
   accumulation: int
   remat: str
+  stages: int = 1  # pipeline stages (maxtext's ici_pipeline_parallelism); 1: no pipeline
+  microbatches: int = 0  # num_pipeline_microbatches when stages > 1
 
   def size(self, axis: str) -> int:
     """The axis's size over all GPUs."""
@@ -56,7 +65,12 @@ class Layout:
   def weight_shards(self) -> int:
     """How many GPUs one weight (and its optimizer state) is split over: maxtext's rules shard `embed` over fsdp and
     context, `mlp`/`heads` over tensor; data parallelism replicates."""
-    return self.size("fsdp") * self.size("context") * self.size("tensor")
+    return self.size("fsdp") * self.size("context") * self.size("tensor") * self.stages
+
+  @property
+  def bubble(self) -> float:
+    """The pipeline's time over its work: (microbatches + stages - 1) / microbatches; 1 without a pipeline."""
+    return (self.microbatches + self.stages - 1) / self.microbatches if self.stages > 1 else 1.0
 
   @property
   def slices(self) -> int:
@@ -69,7 +83,7 @@ class Layout:
     node, or slice_index set for the whole job): `compiled`."""
     sizes = [self.size(axis) for axis in AXES]
     devices = math.prod(sizes)
-    if devices <= gpus_per_slice or devices % gpus_per_slice:
+    if self.stages > 1 or devices <= gpus_per_slice or devices % gpus_per_slice:
       return self.compiled()
     ici, left = [1] * len(AXES), gpus_per_slice
     for i in reversed(range(len(AXES))):
@@ -84,16 +98,20 @@ class Layout:
   def compiled(self) -> list[str]:
     """The keys the pre-flight compiles it with: one mesh over every GPU, each axis the product of its parts (the
     same device order; module docstring)."""
-    return [f"ici_{axis}_parallelism={self.size(axis)}" for axis in AXES] + self._rest()
+    pipeline = [f"ici_pipeline_parallelism={self.stages}"] if self.stages > 1 else []
+    return [f"ici_{axis}_parallelism={self.size(axis)}" for axis in AXES] + pipeline + self._rest()
 
   def _rest(self) -> list[str]:
     batch = int(self.per_device_batch) if float(self.per_device_batch).is_integer() else self.per_device_batch
+    pipeline = ([f"num_pipeline_microbatches={self.microbatches}", "pipeline_fsdp_ag_once=true"]
+                if self.stages > 1 else [])
     return [f"per_device_batch_size={batch}", f"gradient_accumulation_steps={self.accumulation}",
-            f"remat_policy={self.remat}"]
+            f"remat_policy={self.remat}", *pipeline]
 
   def label(self) -> str:
     """A short name for the table: the axes above 1 inside a domain, then across domains, batch, remat."""
-    inside = " ".join(f"{axis}={size}" for axis, size in zip(AXES, self.ici) if size > 1) or "1 GPU"
+    inside = " ".join(([f"pipeline={self.stages} (mb {self.microbatches})"] if self.stages > 1 else [])
+                      + [f"{axis}={size}" for axis, size in zip(AXES, self.ici) if size > 1]) or "1 GPU"
     across = " ".join(f"{axis}={size}" for axis, size in zip(AXES, self.dcn) if size > 1)
     accumulation = f" ga={self.accumulation}" if self.accumulation > 1 else ""
     return (f"{inside}{' | across domains ' + across if across else ''} | b={self._rest()[0].split('=')[1]}{accumulation} "
@@ -123,6 +141,8 @@ class Space:
   data: tuple[int, ...] = (1, 2, 4)
   remat: tuple[str, ...] = REMAT_POLICIES
   sequence: int = 8192
+  stages: tuple[int, ...] = (1,)  # pipeline stages tried (each must divide `layers`), with tensor parallelism
+  layers: int = 0  # decoder layers (for the stages), 0: no pipeline
 
 
 def _meshes(space: Space) -> Iterator[tuple[tuple[int, int, int, int], tuple[int, int, int, int]]]:
@@ -141,10 +161,28 @@ def _meshes(space: Space) -> Iterator[tuple[tuple[int, int, int, int], tuple[int
       yield ici, (1, domains, 1, 1)  # FSDP across domains too
 
 
+def _pipelines(space: Space) -> Iterator[Layout]:
+  """Pipeline layouts: `stages` stages of consecutive device ids (each stage a whole domain or a part of one),
+  tensor parallelism inside a stage, FSDP over the rest of it, 2 microbatches per stage; the per-device batch
+  free or the global batch held (its accumulation 1)."""
+  for stages, tensor, remat in itertools.product(space.stages, space.tensor, space.remat):
+    if stages < 2 or not space.layers or space.layers % stages or space.devices % (stages * tensor):
+      continue
+    fsdp = space.devices // (stages * tensor)
+    batches = [space.global_batch / space.devices] if space.global_batch else list(space.batches)
+    for batch in batches:
+      microbatches = 2 * stages
+      sequences = batch * space.devices
+      if not float(sequences).is_integer() or int(sequences) % (microbatches * fsdp):
+        continue
+      yield Layout(ici=(1, fsdp, 1, tensor), dcn=(1, 1, 1, 1), per_device_batch=batch, accumulation=1, remat=remat,
+                   stages=stages, microbatches=microbatches)
+
+
 def candidates(space: Space) -> list[Layout]:
   """Every layout of `space` maxtext can express: the global batch a whole number of sequences, split evenly over
   the batch axes (data x fsdp; tensor and context share a sequence, so a per-device batch below 1 is allowed
-  there), and at least one sequence per batch shard."""
+  there), and at least one sequence per batch shard; then the pipeline layouts (`_pipelines`)."""
   out = []
   for ici, dcn in _meshes(space):
     layout_axes = Layout(ici=ici, dcn=dcn, per_device_batch=1, accumulation=1, remat="full")
@@ -159,7 +197,7 @@ def candidates(space: Space) -> list[Layout]:
       if batch <= 0 or not float(sequences).is_integer() or int(sequences) % batch_shards:
         continue
       out.append(dataclasses.replace(layout_axes, per_device_batch=batch, accumulation=accumulation, remat=remat))
-  return out
+  return out + list(_pipelines(space))
 
 
 def parse_batch(values: Sequence[str]) -> tuple[float, ...]:

@@ -1,7 +1,8 @@
 # Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
-"""A training step's time on a GPU that is not here, predicted from its compiled program: a roofline per kernel.
+"""A training step's time on a GPU that is not here, predicted from its compiled program: the calibrated step, and
+the roofline that bounds it.
 
-The model, all of it (a reviewer can check each line against the code below):
+The roofline, the bound (a reviewer can check each line against the code below):
 
   1. The program is the one XLA's GPU compiler made for N target GPUs (MaxText.preflight.compile), read as the
      kernels one GPU launches per step (MaxText.preflight.kernels: a kernel in the layer loop counts once per
@@ -15,28 +16,23 @@ The model, all of it (a reviewer can check each line against the code below):
                              GPUs lie in more than one NVLink domain: targets.Peaks.crosses_domains)
         anything else:       bytes / HBM bandwidth (elementwise, reductions, copies, TE's quantize and amax
                              kernels; an unclassified kernel too, shown in a row of its own)
-     with the target's datasheet peaks, dense (MaxText.preflight.targets.Peaks). Attention runs at the BF16 peak
-     (FP8 when its operands are FP8: not in these recipes).
-  4. The step's time is the sum over kernels of runs x time. Nothing overlaps: not communication with compute, not
-     one kernel with the next. `overlapped_seconds` is the other bound: collectives hidden entirely behind compute.
+     with the target's datasheet peaks, dense (MaxText.preflight.targets.Peaks). Attention runs at the BF16 peak.
+  4. The bound is the sum over kernels of runs x time with every collective hidden behind compute
+     (`roofline_seconds`): no real step is faster.
+
+The prediction is the calibrated step (MaxText.preflight.calibration): the same kernels with every factor the
+roofline leaves out named, cited, worked out or fitted (GEMM and memory efficiency, a launch gap per kernel,
+collectives at their measured bus bandwidth, wave and tile quantization), communication overlapped as XLA's
+latency-hiding scheduler can, and an interval from all communication hidden to none (`interval`). Its groups'
+seconds (`seconds`) sum to it; `bound` holds the roofline's per group.
+
   5. Model TFLOP/s per GPU = maxtext's own FLOP count for the step (what its trainer logs per device) / the step's
      time. A speedup of one program over another is the ratio of their step times. The Amdahl ceiling of a run over
      a baseline is the baseline's time / (the run's time without its MLP GEMMs): the speedup if the MLP GEMMs,
      the only ones NVFP4 runs, cost nothing.
-  6. No efficiency factor: every kernel is assumed to reach its datasheet peak or bandwidth. None of the published
-     ratios this is validated against (docs/prediction.md) set any number here.
 
-What it cannot see, so what it leaves out (each makes the prediction faster than a real step):
-  - overlap: XLA overlaps the FSDP all-gathers and reduce-scatters with compute; the sum counts them in full,
-    `overlapped_seconds` not at all; a real step lies between.
-  - kernel efficiency: real GEMMs and fused attention run below their peaks, small GEMMs far below, and an FP4
-    GEMM also handles block scales a BF16 one has not. Not modelled: it would need a measured microbenchmark
-    per GPU and shape, and none is cited here.
-  - launch overheads and gaps between kernels (microseconds each, hundreds of kernels per layer).
-  - cache reuse: a kernel's bytes all come from HBM; L2 hits make memory-bound kernels faster than this says.
-  - the softmax's exponentials (attention's special-function throughput) and power or clock throttling.
-  - data loading and the host.
-A GEMM's bytes are its operands and result once each; a tile re-read from HBM is not counted.
+What neither sees: cache reuse (a kernel's bytes all come from HBM), the softmax's exponentials, power or clock
+throttling beyond what the fit absorbs, data loading and the host.
 """
 
 from __future__ import annotations
@@ -46,10 +42,10 @@ import enum
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from MaxText.preflight import origins
+from MaxText.preflight import calibration, origins
 from MaxText.preflight.classify import Math
 from MaxText.preflight.kernels import Kernel
-from MaxText.preflight.targets import Peaks
+from MaxText.preflight.targets import Peaks, Target
 
 __all__ = ["Group", "Prediction", "amdahl_ceiling", "group_of", "kernel_seconds", "predict", "speedup"]
 
@@ -66,18 +62,11 @@ class Group(enum.StrEnum):
   ELEMENTWISE = "elementwise"
   """Fusions, copies and reductions: norms, activations, quantization, the optimizer update."""
   COMMUNICATION = "communication"
-  """Collectives, timed as if none overlapped compute (the 'overlapped' column hides them)."""
+  """Collectives: in the calibrated step the part compute does not hide; in the bound, all of it."""
+  LAUNCHES = "launch gaps"
+  """The calibrated gap between one kernel and the next, per kernel launched (none in the bound)."""
   UNCLASSIFIED = "unclassified"
   """Kernels the classification cannot read (Math.UNCLASSIFIED), kept apart so their bytes stay visible."""
-
-
-def _peak(math: Math, peaks: Peaks) -> float | None:
-  """FLOP/s that bound a kernel of this math type; None for those bound by bytes alone."""
-  if math is Math.FP4_GEMM:
-    if peaks.fp4 is None:
-      raise ValueError("an FP4 GEMM in a program for a GPU without FP4 tensor cores; compile for a Blackwell target")
-    return peaks.fp4
-  return {Math.FP8_GEMM: peaks.fp8, Math.BF16_GEMM: peaks.bf16, Math.ATTENTION: peaks.bf16}.get(math)
 
 
 def kernel_seconds(kernel: Kernel, peaks: Peaks) -> float:
@@ -91,7 +80,7 @@ def kernel_seconds(kernel: Kernel, peaks: Peaks) -> float:
     bandwidth = peaks.network if beyond else peaks.nvlink
     return work.wire_bytes / bandwidth
   memory = kernel.bytes / peaks.hbm
-  peak = _peak(work.math, peaks)
+  peak = calibration.peak_of(work.math, peaks)
   return max(work.flops / peak, memory) if peak else memory
 
 
@@ -109,27 +98,38 @@ def group_of(kernel: Kernel, mlp_widths: frozenset[int]) -> Group:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Prediction:
-  """One program's predicted step on one GPU: seconds, bytes and kernel counts per group, FLOPs per math type
-  (all per step), maxtext's model FLOPs for the step (0 when not given), and the elementwise group's seconds and
-  bytes per (origin, phase) (MaxText.preflight.origins; they sum to the group's)."""
+  """One program's predicted step on one GPU: the calibrated seconds per group (`seconds`, the prediction), the
+  roofline's per group (`bound`), the exposed communication's interval (all hidden, none hidden), bytes and kernel
+  counts per group, FLOPs per math type (all per step), maxtext's model FLOPs for the step (0 when not given), and
+  the elementwise group's calibrated seconds and bytes per (origin, phase) (MaxText.preflight.origins; they sum to
+  the group's)."""
 
   seconds: dict[Group, float]
   bytes: dict[Group, int]
   kernels: dict[Group, int]
   flops: dict[Math, int]
   model_flops: float = 0.0
+  bound: dict[Group, float] = dataclasses.field(default_factory=dict)
+  communication_range: tuple[float, float] = (0.0, 0.0)
   elementwise_seconds: dict[tuple[origins.Origin, str], float] = dataclasses.field(default_factory=dict)
   elementwise_bytes: dict[tuple[origins.Origin, str], int] = dataclasses.field(default_factory=dict)
 
   @property
   def step_seconds(self) -> float:
+    """The calibrated step: the prediction."""
     return sum(self.seconds.values())
 
   @property
-  def overlapped_seconds(self) -> float:
-    """The step with every collective hidden behind compute: max(compute, communication)."""
-    communication = self.seconds[Group.COMMUNICATION]
-    return max(self.step_seconds - communication, communication)
+  def interval(self) -> tuple[float, float]:
+    """The calibrated step with all communication hidden behind compute, and with none hidden."""
+    rest = self.step_seconds - self.seconds[Group.COMMUNICATION]
+    return rest + self.communication_range[0], rest + self.communication_range[1]
+
+  @property
+  def roofline_seconds(self) -> float:
+    """The bound: every kernel at its datasheet peak, every collective hidden behind compute."""
+    communication = self.bound.get(Group.COMMUNICATION, 0.0)
+    return max(sum(self.bound.values()) - communication, communication)
 
   @property
   def mlp_free_seconds(self) -> float:
@@ -141,10 +141,19 @@ class Prediction:
     """Model TFLOP/s per GPU at the predicted step time (maxtext's FLOP count)."""
     return self.model_flops / self.step_seconds / 1e12 if self.step_seconds else 0.0
 
+  @property
+  def roofline_tflops_per_gpu(self) -> float:
+    """Model TFLOP/s per GPU at the bound."""
+    return self.model_flops / self.roofline_seconds / 1e12 if self.roofline_seconds else 0.0
+
   def as_dict(self) -> dict[str, Any]:
-    return {"step_seconds": self.step_seconds, "overlapped_seconds": self.overlapped_seconds,
-            "model_tflops_per_gpu": self.tflops_per_gpu, "model_tflops_per_step": self.model_flops / 1e12,
+    return {"step_seconds": self.step_seconds, "step_interval_seconds": list(self.interval),
+            "model_tflops_per_gpu": self.tflops_per_gpu,
+            "model_tflops_per_gpu_interval": [self.model_flops / s / 1e12 if s else 0.0 for s in self.interval[::-1]],
+            "roofline_step_seconds": self.roofline_seconds, "roofline_tflops_per_gpu": self.roofline_tflops_per_gpu,
+            "model_tflops_per_step": self.model_flops / 1e12,
             "seconds": {g.value: s for g, s in self.seconds.items()},
+            "roofline_seconds": {g.value: s for g, s in self.bound.items()},
             "bytes": {g.value: b for g, b in self.bytes.items()},
             "kernels": {g.value: n for g, n in self.kernels.items()},
             "tflops_per_step": {m.value: f / 1e12 for m, f in self.flops.items()},
@@ -153,25 +162,32 @@ class Prediction:
                  "bytes": self.elementwise_bytes.get((o, p), 0)} for o, p in self.elementwise_seconds]}
 
 
-def predict(found: Iterable[Kernel], peaks: Peaks, mlp_widths: frozenset[int], model_flops: float = 0.0) -> Prediction:
-  """The predicted step of a program's kernels (MaxText.preflight.kernels.kernels) on a GPU with `peaks`.
+def predict(found: Iterable[Kernel], target: Target, mlp_widths: frozenset[int], model_flops: float = 0.0,
+            factors: calibration.Factors | None = None) -> Prediction:
+  """The predicted step of a program's kernels (MaxText.preflight.kernels.kernels) on `target`.
 
   Args:
     found: the program's kernels, each with its runs per step.
-    peaks: the target GPU's (MaxText.preflight.targets).
+    target: the GPU (MaxText.preflight.targets): its peaks for the bound, its SMs for the calibration.
     mlp_widths: the config's MLP hidden sizes, per device (see `group_of`).
     model_flops: maxtext's FLOPs per device and step, for TFLOP/s per GPU.
+    factors: the calibrated model's (default: calibration.factors_for(target)).
   """
+  found = list(found)
+  factors = factors or calibration.factors_for(target)
+  calibrated = calibration.step(found, target, factors)
   seconds = dict.fromkeys(Group, 0.0)
+  bound = dict.fromkeys(Group, 0.0)
   moved = dict.fromkeys(Group, 0)
   counts = dict.fromkeys(Group, 0)
   flops = dict.fromkeys((Math.FP4_GEMM, Math.FP8_GEMM, Math.BF16_GEMM, Math.ATTENTION), 0)
   split = {(o, p): 0.0 for o in origins.Origin for p in origins.PHASES}
   split_bytes = dict.fromkeys(split, 0)
-  for kernel in found:
+  for kernel, kernel_time in zip(found, calibrated.seconds_by_kernel):
     group = group_of(kernel, mlp_widths)
-    kernel_time = kernel_seconds(kernel, peaks) * kernel.runs
-    seconds[group] += kernel_time
+    bound[group] += kernel_seconds(kernel, target.peaks) * kernel.runs
+    if group is not Group.COMMUNICATION:
+      seconds[group] += kernel_time
     moved[group] += kernel.step_bytes
     counts[group] += 1
     if kernel.work.math in flops:
@@ -180,7 +196,10 @@ def predict(found: Iterable[Kernel], peaks: Peaks, mlp_widths: frozenset[int], m
       key = origins.split_key(kernel)
       split[key] += kernel_time
       split_bytes[key] += kernel.step_bytes
-  return Prediction(seconds=seconds, bytes=moved, kernels=counts, flops=flops, model_flops=model_flops,
+  seconds[Group.COMMUNICATION] = calibrated.exposed
+  seconds[Group.LAUNCHES] = calibrated.launches
+  return Prediction(seconds=seconds, bound=bound, bytes=moved, kernels=counts, flops=flops, model_flops=model_flops,
+                    communication_range=(calibrated.exposed_low, calibrated.communication),
                     elementwise_seconds=split, elementwise_bytes=split_bytes)
 
 
@@ -195,6 +214,9 @@ def averaged(full: Prediction, without: Sequence[tuple[Prediction, int]]) -> Pre
 
   return dataclasses.replace(
       full, seconds=mean(full.seconds, [(w.seconds, n) for w, n in without]),
+      bound=mean(full.bound, [(w.bound, n) for w, n in without]),
+      communication_range=tuple(mean(dict(enumerate(full.communication_range)),
+                                     [(dict(enumerate(w.communication_range)), n) for w, n in without]).values()),
       bytes=mean(full.bytes, [(w.bytes, n) for w, n in without]),
       flops=mean(full.flops, [(w.flops, n) for w, n in without]),
       elementwise_seconds=mean(full.elementwise_seconds, [(w.elementwise_seconds, n) for w, n in without]),

@@ -21,7 +21,7 @@ from MaxText.integration.flops import training_flops
 from MaxText.integration.shapes import mlp_widths
 from MaxText.precision.settings import Settings
 from MaxText.precision.taps import TAPS, Tap
-from MaxText.preflight import predict
+from MaxText.preflight import calibration, predict
 from MaxText.preflight.comparisons import COMPARISONS, Comparison, against
 from MaxText.preflight.kernels import Kernel
 from MaxText.preflight.targets import Target
@@ -81,6 +81,7 @@ class Predicted:
   run: predict.Prediction  # its mean step: each periodic tap averaged over its interval
   against: dict[str, predict.Prediction]
   tap_seconds: dict[str, float] = dataclasses.field(default_factory=dict)  # tap key -> seconds on its steps
+  factors: tuple[calibration.Factor, ...] = ()  # the calibrated model's, for the target
 
   def speedups(self) -> dict[str, float]:
     """The run's speedup over each comparison."""
@@ -95,7 +96,8 @@ class Predicted:
             "speedup": self.speedups(), "amdahl_ceiling": self.ceilings(), "tap_seconds": self.tap_seconds,
             "compared_programs": {name: {"overrides": overrides_for([], COMPARISONS[name]),
                                          "what": COMPARISONS[name].what} for name in self.against},
-            "model": "roofline per kernel, datasheet peaks, no overlap (MaxText/preflight/predict.py)"}
+            "model": "calibrated step (MaxText/preflight/calibration.py), roofline as the bound (predict.py)",
+            "factors": {f.name: f.as_dict() for f in self.factors}}
 
 
 def predict_all(config: Any, run: Sequence[Kernel], target: Target, names: Sequence[str],
@@ -121,7 +123,7 @@ def predict_all(config: Any, run: Sequence[Kernel], target: Target, names: Seque
 
   def predicted(name: str, found: Sequence[Kernel]) -> predict.Prediction:
     try:
-      return predict.predict(found, target.peaks, widths, model_flops)
+      return predict.predict(found, target, widths, model_flops)
     except ValueError as e:
       raise ValueError(f"{name}: {e}") from e
 
@@ -129,4 +131,5 @@ def predict_all(config: Any, run: Sequence[Kernel], target: Target, names: Seque
   full = predicted("this run", run)
   without = [(tap, predicted(f"this run without {tap.what}", found)) for tap, found in without_taps]
   return Predicted(run=predict.averaged(full, [(p, tap.interval) for tap, p in without]), against=other,
-                   tap_seconds={tap.key: full.step_seconds - p.step_seconds for tap, p in without})
+                   tap_seconds={tap.key: full.step_seconds - p.step_seconds for tap, p in without},
+                   factors=tuple(calibration.factors_for(target).table(target)))

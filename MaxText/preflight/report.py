@@ -194,13 +194,17 @@ def prediction_lines(run: predict.Prediction, against: dict[str, predict.Predict
   programs = {"this run": run, **against}
   bases = [name for name in ("fp8", "bf16") if name in against]
   decimals = 1 if run.step_seconds >= 0.01 else 4  # a tiny test config's step is microseconds
-  head = f"{'program':<12} {'step ms':>10} {'overlapped':>11} {'TFLOP/s/GPU':>12}"
+  head = f"{'program':<12} {'step ms':>10} {'interval ms':>17} {'roofline':>9} {'TFLOP/s/GPU':>12} {'interval':>13}"
   head += "".join(f" {'x over ' + base:>12}" for base in bases)
-  lines = [f"predicted step time on {devices} x {target.name} (a roofline per kernel at the datasheet peaks, summed; "
-           "'overlapped': collectives hidden behind compute; docs/prediction.md):", "  " + head]
+  lines = [f"predicted step time on {devices} x {target.name} (the calibrated step, MaxText/preflight/calibration.py; "
+           "interval: all communication hidden .. none; roofline: the bound at the datasheet peaks; "
+           "docs/prediction.md):", "  " + head]
   for name, prediction in programs.items():
-    row = (f"{name:<12} {_ms(prediction.step_seconds, decimals):>10} {_ms(prediction.overlapped_seconds, decimals):>11} "
-           f"{prediction.tflops_per_gpu:>12,.0f}")
+    low, high = prediction.interval
+    slow, fast = (prediction.model_flops / s / 1e12 if s else 0.0 for s in (high, low))
+    row = (f"{name:<12} {_ms(prediction.step_seconds, decimals):>10} "
+           f"{_ms(low, decimals):>8}-{_ms(high, decimals):<8} {_ms(prediction.roofline_seconds, decimals):>9} "
+           f"{prediction.tflops_per_gpu:>12,.0f} {slow:>6,.0f}-{fast:<6,.0f}")
     row += "".join(f" {predict.speedup(against[base], prediction) if name != base else 1.0:>11.2f}x" for base in bases)
     memory = (memories or {}).get(name)
     if memory is not None and not memory.fits:
@@ -222,6 +226,6 @@ def prediction_lines(run: predict.Prediction, against: dict[str, predict.Predict
     lines.append(f"  {t.tap.what} ({t.tap.key}={t.tap.interval}): {_ms(seconds, decimals)} ms more on the steps "
                  f"it runs; x{run.step_seconds / (run.step_seconds - seconds / t.tap.interval):.4f} on the mean step "
                  "(averaged in this run's row)")
-  lines.append("  not seen by the prediction: kernels below their peaks, launch gaps, cache reuse, how much "
-               "communication overlaps; a real step is slower, and the ratios are the better guide")
+  lines.append("  not seen by the prediction: cache reuse, clock and power changes beyond the fit, the host; each "
+               "factor and its source is in the JSON's prediction.factors and docs/prediction.md")
   return lines

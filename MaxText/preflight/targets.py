@@ -31,6 +31,9 @@ as cited on each entry (read through the copies named where the vendor page itse
           https://verda.com/blog/gb300-nvl72-architecture, whose per-GPU dense table gives 15 / 5 / 2.5 PF).
   [H100]  NVIDIA H100 Tensor Core GPU datasheet, SXM: FP8 3,958 TF and BF16 1,979 TF with sparsity, HBM 3.35 TB/s,
           NVLink 900 GB/s, https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet.
+  [H200]  NVIDIA H200 Tensor Core GPU, SXM: H100's compute (FP8 3,958 TF and BF16 1,979 TF with sparsity), 141 GB
+          of HBM3e at 4.8 TB/s, NVLink 900 GB/s, https://www.nvidia.com/en-us/data-center/h200/; nvidia-smi reports
+          143,771 MiB; the same SM count, L2 and clock as H100 SXM (the same GH100 die).
   [NVL5]  Fifth-generation NVLink: 1.8 TB/s per GPU in total ([HGX]; [GB300]: 130 TB/s over 72 GPUs), that is
           900 GB/s each way (https://verda.com/blog/gb300-nvl72-architecture: "1.8 TB/s total bandwidth (900 GB/s
           unidirectional)").
@@ -163,4 +166,10 @@ TARGETS: dict[str, Target] = {
                    peaks=Peaks(fp4=None, fp8=1.979 * PETA, bf16=0.9895 * PETA, hbm=3.35 * TERA, nvlink=0.45 * TERA,
                                nvlink_domain=8, network=0.05 * TERA,
                                sources="[H100] SXM, sparse halved; NVLink 900 GB/s in total; [NIC] ConnectX-7")),
+    "h200": Target(name="NVIDIA H200", capability=(9, 0), sm_count=132, memory_bytes=143771 * 2**20,
+                   memory_bandwidth=4800000000000, l2_bytes=52428800, clock_ghz=1.98,
+                   dnn=(8, 9), gpus_per_node=8,
+                   peaks=Peaks(fp4=None, fp8=1.979 * PETA, bf16=0.9895 * PETA, hbm=4.8 * TERA, nvlink=0.45 * TERA,
+                               nvlink_domain=8, network=0.05 * TERA,
+                               sources="[H200] SXM, sparse halved; NVLink 900 GB/s in total; [NIC] ConnectX-7")),
 }

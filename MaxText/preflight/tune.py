@@ -40,6 +40,9 @@ MEMORY_SLACK = 0.10
 TOLERANCE = 0.10
 #: Compiles per program beside its reference, unless --tune-compiles says otherwise.
 BUDGET = 6
+#: The pipeline stages searched (maxtext's stage axis; each must divide the decoder layers: Llama 3.1 405B's 126
+#: take 2, Llama 3 8B's 32 take 2, 4 and 8).
+PIPELINE_STAGES = (1, 2, 4, 8)
 #: The approximation every tuned prediction carries, printed and in the JSON.
 APPROXIMATION = ("each layout compiles as one process over all GPUs, every mesh axis the product of its ici_ and dcn_ "
                  "parts, devices laid out domain after domain as jax's hybrid mesh lays them (the across-domain part "
@@ -64,7 +67,7 @@ class Compiled:
     return self.prediction.step_seconds / self.tokens
 
   def as_dict(self) -> dict[str, Any]:
-    return {"step_seconds": self.prediction.step_seconds, "overlapped_seconds": self.prediction.overlapped_seconds,
+    return {"step_seconds": self.prediction.step_seconds, "step_interval_seconds": list(self.prediction.interval),
             "peak_bytes": self.memory.peak, "fits": self.memory.fits, "tokens_per_gpu": self.tokens,
             "model_tflops_per_gpu": self.prediction.tflops_per_gpu,
             "seconds": {g.value: s for g, s in self.prediction.seconds.items()}}
@@ -94,7 +97,7 @@ class Row:
     return {"program": self.program, "layout": self.layout.label(), "overrides": self.layout.compiled(),
             "reference": self.reference, "status": self.status,
             "reason": self.reason,
-            "estimate": {"step_seconds": est.step_seconds, "overlapped_seconds": est.overlapped_seconds,
+            "estimate": {"step_seconds": est.step_seconds, "unhidden_seconds": est.unhidden_seconds,
                          "peak_bytes": est.peak_bytes, "tokens_per_gpu": est.tokens,
                          "model_tflops_per_gpu": est.tflops_per_gpu},
             "compiled": self.compiled.as_dict() if self.compiled else None}
@@ -147,13 +150,16 @@ def _facts(facts: LayoutFacts) -> estimate_lib.ModelFacts:
 
 def _layout_of(facts: LayoutFacts) -> layouts.Layout:
   """The run's own layout as a candidate (every axis's size in `ici`); an axis --tune does not search is refused."""
-  others = {axis: size for axis, size in facts.mesh.items() if axis not in layouts.AXES and size > 1}
+  others = {axis: size for axis, size in facts.mesh.items()
+            if axis not in (*layouts.AXES, "stage") and size > 1}
   if others:
-    raise Refused(f"--tune searches {', '.join(layouts.AXES)} parallelism; the run also sets "
+    raise Refused(f"--tune searches {', '.join(layouts.AXES)} and pipeline (stage) parallelism; the run also sets "
                   f"{', '.join(f'{a}={s}' for a, s in others.items())}")
   ici = tuple(facts.mesh.get(axis, 1) for axis in layouts.AXES)
+  stages = facts.mesh.get("stage", 1)
   return layouts.Layout(ici=ici, dcn=(1, 1, 1, 1), per_device_batch=facts.per_device_batch,  # type: ignore[arg-type]
-                        accumulation=facts.accumulation, remat=facts.remat)
+                        accumulation=facts.accumulation, remat=facts.remat, stages=stages,
+                        microbatches=max(facts.microbatches, stages) if stages > 1 else 0)
 
 
 def _raise_refused(exc: Exception) -> None:
@@ -214,7 +220,8 @@ def tune(config_path: str, overrides: Sequence[str], target_name: str, devices: 
     library.fail(str(e))
   space = space or layouts.Space(devices=devices, domain=target.peaks.domain_gpus(devices),
                                  global_batch=global_batch, sequence=facts.sequence,
-                                 context=layouts.Space.context if base.context_parallel else (1,))
+                                 context=layouts.Space.context if base.context_parallel else (1,),
+                                 stages=PIPELINE_STAGES, layers=facts.layers)
   candidates = [c for c in layouts.candidates(space) if c != own]
   searched = [Program(name="run", overrides=tuple(overrides))] + [
       Program(name=name, overrides=tuple(programs.overrides_for(overrides, programs.COMPARISONS[name])),
@@ -233,7 +240,7 @@ def tune(config_path: str, overrides: Sequence[str], target_name: str, devices: 
     found = kernels_lib.kernels(compiled.as_text())
     memory = report.Memory.of(compiled, target, fraction)
     del compiled
-    prediction = predict.predict(found, target.peaks, mlp_widths(config),
+    prediction = predict.predict(found, target, mlp_widths(config),
                                  training_flops(config)["tflops_per_device_step"] * 1e12)
     tokens = layout.per_device_batch * facts.sequence * layout.accumulation
     return Compiled(prediction=prediction, memory=memory, tokens=tokens), found
@@ -248,10 +255,13 @@ def tune(config_path: str, overrides: Sequence[str], target_name: str, devices: 
       library.fail(f"{program.name} does not compile at the run's own layout on {devices} x {target_name}: "
                    f"{_one_line(e)}")
     ref = estimate_lib.Reference.of(own, found, compiled.prediction, compiled.memory, target.peaks)
-    reference = Row(program=program.name, layout=own, compiled=compiled, reference=True,
-                    estimate=estimate_lib.estimate(own, ref, facts, target.peaks, devices))
-    rows = [Row(program=program.name, layout=c, estimate=estimate_lib.estimate(c, ref, facts, target.peaks, devices))
-            for c in candidates]
+    try:
+      reference = Row(program=program.name, layout=own, compiled=compiled, reference=True,
+                      estimate=estimate_lib.estimate(own, ref, facts, target.peaks, devices))
+      rows = [Row(program=program.name, layout=c, estimate=estimate_lib.estimate(c, ref, facts, target.peaks, devices))
+              for c in candidates]
+    except estimate_lib.UnknownRemat as e:
+      library.fail(str(e))
 
     def compile_row(row: Row, program: Program = program) -> None:
       try:
@@ -289,7 +299,7 @@ def _payload(results: dict[str, Search], seconds: float, space: layouts.Space, p
         "overrides": row.layout.compiled(), "overrides_one_slice_per_node": row.layout.overrides(per_node),
         "layout": row.layout.label(),
         "step_seconds": row.compiled.prediction.step_seconds,  # type: ignore[union-attr]
-        "overlapped_seconds": row.compiled.prediction.overlapped_seconds,  # type: ignore[union-attr]
+        "step_interval_seconds": list(row.compiled.prediction.interval),  # type: ignore[union-attr]
         "peak_bytes": row.compiled.memory.peak,  # type: ignore[union-attr]
         "tokens_per_gpu": row.compiled.tokens,  # type: ignore[union-attr]
         "model_tflops_per_gpu": row.compiled.prediction.tflops_per_gpu}  # type: ignore[union-attr]
@@ -311,7 +321,7 @@ def _lines(results: dict[str, Search], target: Target, devices: int, seconds: fl
   for name, found in results.items():
     best = found.best
     lines.append(f"  {name}: {len(found.rows)} candidates, {found.compiles} compiled")
-    lines.append(f"    {'':2}{'layout':58} {'status':13} {'peak GiB':>9} {'step ms':>9} {'overlap ms':>10} "
+    lines.append(f"    {'':2}{'layout':58} {'status':13} {'peak GiB':>9} {'step ms':>9} {'no overlap':>10} "
                  f"{'ms/ktok':>8} {'TFLOP/s':>8}")
     shown = [r for r in found.rows if r.compiled is not None or r.reason]
     shown += [r for r in found.rows[1:] if r.compiled is None and not r.reason
@@ -320,11 +330,11 @@ def _lines(results: dict[str, Search], target: Target, devices: int, seconds: fl
       mark = "* " if row is best else "  "
       if row.compiled is not None:
         p, peak = row.compiled.prediction, row.compiled.memory.peak
-        numbers = (f"{peak / report.GIB:9.1f} {p.step_seconds * 1e3:9.1f} {p.overlapped_seconds * 1e3:10.1f} "
+        numbers = (f"{peak / report.GIB:9.1f} {p.step_seconds * 1e3:9.1f} {p.interval[1] * 1e3:10.1f} "
                    f"{row.compiled.seconds_per_token * 1e6:8.3f} {p.tflops_per_gpu:8,.0f}")
       else:
         e = row.estimate
-        numbers = (f"{e.peak_bytes / report.GIB:9.1f} {e.step_seconds * 1e3:9.1f} {e.overlapped_seconds * 1e3:10.1f} "
+        numbers = (f"{e.peak_bytes / report.GIB:9.1f} {e.step_seconds * 1e3:9.1f} {e.unhidden_seconds * 1e3:10.1f} "
                    f"{e.seconds_per_token * 1e6:8.3f} {e.tflops_per_gpu:8,.0f}")
       status = row.status + (" (run's)" if row.reference else "")
       lines.append(f"    {mark}{row.layout.label():58} {status:13} {numbers if not row.reason else ''}")

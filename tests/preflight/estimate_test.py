@@ -5,6 +5,8 @@ tests/preflight/tune_test.py."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from MaxText.preflight import estimate, layouts
@@ -52,3 +54,41 @@ def test_context_parallelism_shards_the_weights_as_fsdp_does():
   with_context, with_fsdp = _estimate((1, 32, 2, 1), (2, 1, 1, 1)), _estimate((1, 64, 1, 1), (2, 1, 1, 1))
   assert with_context.peak_bytes / GIB == pytest.approx(140)
   assert with_context.peak_bytes == pytest.approx(with_fsdp.peak_bytes)
+
+
+def test_an_unknown_remat_policy_is_an_error_naming_it_not_a_silent_default():
+  with pytest.raises(estimate.UnknownRemat, match="remat_policy='my_policy'.*it knows .*full"):
+    FACTS.recomputed("my_policy")
+  with pytest.raises(estimate.UnknownRemat, match="remat_policy='my_policy'"):
+    FACTS.saved_bytes("my_policy")
+
+
+def test_pipeline_layouts_are_searched_with_whole_stages_and_keep_the_keys_maxtext_takes():
+  """Stages must divide the layers (405B's 126 take 2, not 4 or 8), lie outside fsdp (stage 0 on the first rack),
+  run 2 microbatches a stage, and gather the weights once a step."""
+  space = layouts.Space(devices=128, domain=64, stages=(1, 2, 4, 8), layers=126, batches=(2,), remat=("full",))
+  piped = [c for c in layouts.candidates(space) if c.stages > 1]
+  assert piped and {c.stages for c in piped} == {2}
+  tp4 = next(c for c in piped if c.size("tensor") == 4)
+  assert (tp4.size("fsdp"), tp4.microbatches, tp4.weight_shards) == (16, 4, 128)
+  assert tp4.compiled() == ["ici_data_parallelism=1", "ici_fsdp_parallelism=16", "ici_context_parallelism=1",
+                            "ici_tensor_parallelism=4", "ici_pipeline_parallelism=2", "per_device_batch_size=2",
+                            "gradient_accumulation_steps=1", "remat_policy=full", "num_pipeline_microbatches=4",
+                            "pipeline_fsdp_ag_once=true"]
+  assert tp4.bubble == pytest.approx(5 / 4)
+  assert not [c for c in layouts.candidates(dataclasses.replace(space, layers=0)) if c.stages > 1]
+
+
+def test_a_pipeline_pays_its_bubble_and_its_stage_transfers_and_gathers_only_its_stages_layers():
+  flat = layouts.Layout(ici=(1, 64, 1, 1), dcn=(2, 1, 1, 1), per_device_batch=1, accumulation=1, remat="full")
+  piped = layouts.Layout(ici=(1, 64, 1, 1), dcn=(1, 1, 1, 1), per_device_batch=1, accumulation=1, remat="full",
+                         stages=2, microbatches=4)
+  ref = dataclasses.replace(REFERENCE, layout=flat)
+  peaks = TARGETS["gb300"].peaks
+  one, two = estimate.estimate(flat, ref, FACTS, peaks, 128), estimate.estimate(piped, ref, FACTS, peaks, 128)
+  assert two.compute_seconds == pytest.approx(9.5 * 5 / 4 + 0.5 / 2)  # the bubble; the update on twice the shards
+  gathers = 6e12 / 2 * 63 / 64 / (peaks.nvlink * 0.755)
+  transfers = 3 * (4 + 2 - 1) * (8192 * 2 / 4 * 16384 * 2) / (peaks.network * 0.92)  # stages fill a rack each
+  assert two.comm_seconds == pytest.approx(gathers + transfers)
+  held = FACTS.parameters() * 2 / 2
+  assert two.peak_bytes == pytest.approx(one.peak_bytes - 20 * GIB + held)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from MaxText.preflight import kernels, predict, report
+from MaxText.preflight import calibration, kernels, predict, report
 from MaxText.preflight.classify import Math, Work
 from MaxText.preflight.origins import Origin, origin, split_key
 from MaxText.preflight.targets import TARGETS
@@ -133,16 +133,16 @@ def test_a_kernel_without_metadata_takes_the_phase_of_the_loop_that_runs_it():
 
 
 def test_the_split_sums_to_the_elementwise_group_also_for_the_mean_step_and_in_the_report():
-  peaks = TARGETS["gb300"].peaks
+  gb300 = TARGETS["gb300"]
   found = kernels.kernels(HLO)
-  prediction = predict.predict(found, peaks, frozenset({14336}))
+  prediction = predict.predict(found, gb300, frozenset({14336}))
   elementwise = prediction.seconds[predict.Group.ELEMENTWISE]
   assert elementwise > 0 and sum(prediction.elementwise_seconds.values()) == pytest.approx(elementwise, rel=1e-12)
   assert sum(prediction.elementwise_bytes.values()) == prediction.bytes[predict.Group.ELEMENTWISE]
   xla = [k for k in found if k.name in ("swiglu", "lt")]  # the activation, and the loop condition's compare
   assert prediction.elementwise_seconds[(Origin.OTHER, "forward")] == pytest.approx(
-      sum(k.step_bytes for k in xla) / peaks.hbm, rel=1e-12)
-  without_guard = predict.predict([k for k in found if k.name != "verdict"], peaks, frozenset({14336}))
+      sum(k.step_bytes for k in xla) / (gb300.peaks.hbm * calibration.factors_for(gb300).memory_efficiency), rel=1e-12)
+  without_guard = predict.predict([k for k in found if k.name != "verdict"], gb300, frozenset({14336}))
   mean = predict.averaged(prediction, [(without_guard, 10)])
   assert sum(mean.elementwise_seconds.values()) == pytest.approx(mean.seconds[predict.Group.ELEMENTWISE], rel=1e-12)
   rows = [row for row in prediction.as_dict()["elementwise_by_origin"] if row["seconds"]]

@@ -82,13 +82,16 @@ def test_the_prediction_lines_give_step_times_speedups_and_the_ceiling():
   def prediction(mlp: float, rest: float) -> predict.Prediction:
     seconds = dict.fromkeys(predict.Group, 0.0)
     seconds.update({predict.Group.MLP_GEMMS: mlp, predict.Group.ELEMENTWISE: rest})
+    bound = {group: s / 2 for group, s in seconds.items()}
     return predict.Prediction(seconds=seconds, bytes=dict.fromkeys(predict.Group, 0),
-                              kernels=dict.fromkeys(predict.Group, 0), flops={}, model_flops=1e15)
+                              kernels=dict.fromkeys(predict.Group, 0), flops={}, model_flops=1e15, bound=bound,
+                              communication_range=(0.0, 0.05))
 
   lines = report.prediction_lines(prediction(0.1, 0.2), {"fp8": prediction(0.3, 0.2)}, TARGETS["gb300"], 4)
   text = "\n".join(lines)
-  assert "predicted step time on 4 x NVIDIA GB300" in lines[0]
-  assert "  this run          300.0       300.0        3,333        1.67x" in text
+  assert "predicted step time on 4 x NVIDIA GB300 (the calibrated step" in lines[0]
+  # the step, its interval (no communication exposed at the point, 50 ms when none is hidden), the roofline
+  assert "  this run          300.0    300.0-350.0        150.0        3,333  2,857-3,333         1.67x" in text
   assert "  MLP GEMMs           100.0      300.0" in text
   assert "Amdahl ceiling over fp8 (this run's MLP GEMMs free): 2.50x" in text
   assert "not seen by the prediction" in lines[-1]
@@ -131,7 +134,7 @@ def test_a_compared_program_that_does_not_fit_is_marked_in_its_row():
   b200 = TARGETS["b200"]
   kernel = kernels_lib.Kernel(name="k", opcode="fusion", target="", bytes=10**9, op_name="",
                               work=Work(math=Math.ELEMENTWISE))
-  step = predict.predict([kernel], b200.peaks, frozenset({14336}))
+  step = predict.predict([kernel], b200, frozenset({14336}))
   fits = report.Memory.of(_Compiled(_Analysis(argument_size_in_bytes=int(0.5 * b200.memory_bytes))), b200)
   over = report.Memory.of(_Compiled(_Analysis(argument_size_in_bytes=int(0.9 * b200.memory_bytes))), b200)
   lines = report.prediction_lines(step, {"fp8": step, "bf16": step}, b200, 8, (),

@@ -83,8 +83,9 @@ def test_the_json_has_the_candidates_the_best_and_its_overrides(full):
   payload = json.loads(json.dumps(full.payload))  # what --json writes
   tuned = payload["tune"]
   best = tuned["best"]["run"]
-  assert set(best) >= {"overrides", "step_seconds", "overlapped_seconds", "peak_bytes"}
-  assert best["step_seconds"] >= best["overlapped_seconds"] > 0 and best["peak_bytes"] > 0
+  assert set(best) >= {"overrides", "step_seconds", "step_interval_seconds", "peak_bytes"}
+  low, high = best["step_interval_seconds"]
+  assert high >= best["step_seconds"] >= low > 0 and best["peak_bytes"] > 0
   assert any(o.startswith("ici_fsdp_parallelism=") for o in best["overrides"])
   rows = tuned["candidates"]
   assert len(rows) == len(full.results["run"].rows) and rows[0]["reference"]
