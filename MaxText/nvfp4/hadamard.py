@@ -42,13 +42,133 @@ def _two_sum(a: jax.Array, b: jax.Array) -> tuple[jax.Array, jax.Array]:
   return s, (a - (s - b_part)) + (b - b_part)
 
 
-def rht_sums(x: jax.Array, axis: int = -1, signs: np.ndarray = RHT_SIGNS) -> jax.Array:
+#: How many failing runs (`_every_order_exact`) the exact path takes in its one gather, as a fraction of a tensor's
+#: runs; past it, the exact path runs over the whole tensor. Normal bf16 data fails on 0.47% of its runs, Laplace
+#: data on 0.95% (2048 x 2048, along either axis).
+CAPACITY_FRACTION = 1 / 32
+
+#: The least capacity, so that a small tensor's failing runs fit (a tensor of fewer runs gathers them all).
+MIN_CAPACITY = 64
+
+#: The widest significand (stored bits) `_every_order_exact` is tried for: bf16 and float16. A float32 run's 24-bit
+#: values pass it only where one term holds the whole sum, so float32 input (not TE's case: its RHT kernel reads bf16)
+#: takes the exact path throughout.
+_CHECKED_BITS = 10
+
+#: The named scope (metadata only) of the exact path over the whole tensor, which runs only when more runs fail the
+#: check than the gather holds: a reader of the compiled program (the pre-flight's kernel count) can tell it apart.
+EXACT_FALLBACK_SCOPE = "nvfp4_rht_exact_fallback"
+
+
+def rht_sums(x: jax.Array, axis: int = -1, signs: np.ndarray = RHT_SIGNS, *, capacity: int | None = None) -> jax.Array:
   """The RHT's float32 sums before their bf16 rounding: each output's 16 exact products (x times +-1/4) summed and
   rounded to float32 once, f32(exact sum), in no platform's order (docs/numerics.md#random-hadamard-transform).
 
-  Why not a dot: the f32 sum of 16 products rounds when a run's values span more than about 2**12, and its bf16
-  rounding then depends on the order of the additions, which XLA:CPU's dot, XLA:GPU's and TE's tensor cores each
-  choose; our operands would depend on the platform. Here the emulator fixes the value: a fast Walsh-Hadamard
+  Why not a dot alone: the f32 sum of 16 products rounds when a run's values span more than about 2**12, and its
+  bf16 rounding then depends on the order of the additions, which XLA:CPU's dot, XLA:GPU's and TE's tensor cores
+  each choose; our operands would depend on the platform. Where a run's products are multiples of one power of two
+  q and their magnitudes sum to at most 2**24 q, every partial sum of every order is a multiple of q below 2**24 q,
+  a float32: every order's sum is the exact sum. `_every_order_exact` checks that for each run, and there a float32
+  dot (`_dot_sums`) is the value. The runs that fail it take `_exact_sums`, gathered (at most `capacity` of them: JAX's
+  shapes are static) and scattered back; when more fail, `_exact_sums` runs over the whole tensor instead.
+
+  Args:
+    x: float array whose `axis` is a multiple of 16.
+    axis: the axis the 16-element runs lie along, transformed in place (x seen as (P, 16, Q)), never transposed.
+    signs: the sign vector.
+    capacity: how many failing runs the gather takes (default: CAPACITY_FRACTION of the runs, at least MIN_CAPACITY).
+
+  Returns:
+    float32 array of x's shape; an exact-zero sum is +0.
+  """
+  return _transform(x, axis, signs, jnp.float32, capacity)
+
+
+def _transform(x: jax.Array, axis: int, signs: np.ndarray, dtype: jnp.dtype, capacity: int | None) -> jax.Array:
+  """`rht_sums` rounded to `dtype` (float32: unchanged; bf16: `rht`), each path's sums rounded before they are merged,
+  so that no float32 copy of the tensor outlives the dot."""
+  axis %= x.ndim
+  p = int(np.prod(x.shape[:axis], dtype=np.int64)) * (x.shape[axis] // BLOCK_SIZE)
+  q = int(np.prod(x.shape[axis + 1:], dtype=np.int64))
+  runs = x.reshape(p, BLOCK_SIZE, q)
+  bits = int(jnp.finfo(x.dtype).nmant)
+  if bits > _CHECKED_BITS or x.size == 0:
+    return _exact_sums(runs, signs).astype(dtype).reshape(x.shape)
+  y = _dot_sums(runs, signs).astype(dtype)
+  failing = ~_every_order_exact(runs, bits).reshape(-1)
+  n_runs = p * q
+  capacity = min(n_runs, max(MIN_CAPACITY, int(n_runs * CAPACITY_FRACTION)) if capacity is None else capacity)
+  index = jnp.nonzero(failing, size=capacity, fill_value=n_runs)[0]  # past the end: dropped by the scatter
+  run, column = index // q, index % q
+  gathered = runs.at[run, :, column].get(mode="clip")  # (capacity, 16)
+  y = y.at[run, :, column].set(_exact_sums(gathered[..., None], signs)[..., 0].astype(dtype), mode="drop")
+  # More failing runs than the gather holds: the exact path over the whole tensor, in a loop of at most one trip
+  # rather than a lax.cond: under jax.vmap (the expert GEMMs, MaxText.nvfp4.grouped) a cond with a mapped predicate
+  # runs both branches for every expert, the loop runs its body only when some expert needs it. The runs travel in
+  # the loop's state, and the body replaces them, so that XLA does not hoist the exact path out of the loop as
+  # loop-invariant code, which would run it every time.
+  def everywhere(state: tuple[jax.Array, jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array, jax.Array]:
+    with jax.named_scope(EXACT_FALLBACK_SCOPE):
+      return jnp.zeros_like(state[0]), _exact_sums(state[2], signs).astype(dtype), jnp.zeros_like(state[2])
+
+  overflow = jnp.sum(failing.astype(jnp.int32)) > capacity
+  _, y, _ = jax.lax.while_loop(lambda state: state[0], everywhere, (overflow, y, runs))
+  return y.reshape(x.shape)
+
+
+def _every_order_exact(runs: jax.Array, bits: int) -> jax.Array:
+  """(P, Q) booleans: True where every float32 summation order of each output's 16 products is exact, with every
+  product and partial sum a normal float or zero. `runs` (P, 16, Q) holds values of `bits` stored significand bits.
+
+  A nonzero value of biased exponent e is a multiple of 2**(e - 127 - bits), so with e_min the run's least nonzero
+  exponent every product (times +-1/4) is a multiple of q = 2**(e_min - 129 - bits); the magnitudes sum to less than
+  16 x 2**(e_max - 126), e_max the run's greatest exponent, a quarter of it for the products. Every partial sum of
+  every order is then k q with |k| below 2**(e_max - e_min + 5 + bits), within float32's 24 bits when
+  e_max - e_min <= 19 - bits (12 binades for bf16). With e_min >= bits + 3, q >= 2**-126: every nonzero product and
+  partial sum is a normal float (the product x / 4 exact; XLA:CPU flushes subnormals to zero, a GPU does not). With
+  e_max <= 250 no sum nears float32's range. A run with an infinity or a NaN (exponent 255) fails; an all-zero run
+  passes (its sums are zeros)."""
+  magnitude = jax.lax.bitcast_convert_type(arithmetic.widen(runs), jnp.uint32) & np.uint32(0x7FFFFFFF)
+  # The least nonzero magnitude, on the bits: zero wraps to the largest uint32 under `- 1`, so it never is the least
+  # (an all-zero run gets exponent 511); a power of two's exponent drops by one, which only makes the test stricter.
+  greatest, least = jax.lax.reduce((magnitude, magnitude - np.uint32(1)), (np.uint32(0), np.uint32(0xFFFFFFFF)),
+                                   lambda a, b: (jnp.maximum(a[0], b[0]), jnp.minimum(a[1], b[1])), (1,))
+  e_max, e_min = (greatest >> 23).astype(jnp.int32), (least >> 23).astype(jnp.int32)
+  return (e_max - e_min <= 19 - bits) & (e_min >= bits + 3) & (e_max <= 250)
+
+
+def _dot_sums(runs: jax.Array, signs: np.ndarray) -> jax.Array:
+  """Every run of `runs` (P, 16, Q) times R, a float32 dot (HIGHEST: no TF32 on a GPU), exact zeros written +0: the
+  RHT's value where `_every_order_exact` holds, whatever order the platform sums in.
+
+  The operands: on XLA:CPU, which keeps every cast, a bf16 x itself (its products are exact, the sums float32);
+  elsewhere x widened on its bits (arithmetic.widen: XLA:GPU may hand a float32 producer's unrounded values through a
+  cast to bf16 and back, docs/numerics.md#on-a-gpu)."""
+  matrix = rht_matrix(signs)
+
+  def dot(runs: jax.Array) -> jax.Array:
+    # Anchored (arithmetic.anchored): a broadcast constant would be made outside a scanned layer loop.
+    if runs.shape[2] == 1:  # runs along the last axis: one (P, 16) x (16, 16) product
+      m = arithmetic.anchored(matrix.astype(runs.dtype), runs)
+      return jnp.dot(runs[..., 0], m, precision=jax.lax.Precision.HIGHEST, preferred_element_type=jnp.float32)[..., None]
+    # R^T times each (16, Q) slice from the left, a batched dot: XLA:CPU's fast path, where an einsum contracting the
+    # middle axis transposes.
+    left = jnp.broadcast_to(arithmetic.anchored(matrix.T.astype(runs.dtype), runs),
+                            (runs.shape[0], BLOCK_SIZE, BLOCK_SIZE))
+    return jax.lax.dot_general(left, runs, (((2,), (1,)), ((0,), (0,))), precision=jax.lax.Precision.HIGHEST,
+                               preferred_element_type=jnp.float32)
+
+  if runs.dtype == jnp.bfloat16:
+    y = jax.lax.platform_dependent(runs, cpu=dot, default=lambda r: dot(arithmetic.widen(r)))
+  else:
+    y = dot(arithmetic.widen(runs))
+  # An exact-zero sum is +0, as in TE's MMA (its accumulator starts at +0); a dot of -0 products gives -0 (a select:
+  # XLA may fold away a `y + 0`).
+  return jnp.where(y == 0, arithmetic.anchored(np.float32(0), runs), y)
+
+
+def _exact_sums(runs: jax.Array, signs: np.ndarray) -> jax.Array:
+  """f32(exact sum) of every output of every run (P, 16, Q), whatever the run's span: a fast Walsh-Hadamard
   transform (four butterfly stages of sums and differences, the Sylvester H16 being H2 x H2 x H2 x H2) whose every
   addition also yields its exact rounding error (`_two_sum`). The transform is linear, so the errors, carried through
   the later stages in a second float32, add up to exactly what the plain butterflies lost: the exact sum is
@@ -56,26 +176,17 @@ def rht_sums(x: jax.Array, axis: int = -1, signs: np.ndarray = RHT_SIGNS) -> jax
   is less than 2**33 times its smallest (its terms are multiples of the smallest product's ulp, below 2**24 of them)
   and its smallest is at least 2**-117 (the errors stay normal floats, which XLA:CPU does not flush to zero); tested
   against rational arithmetic in hadamard_test.py. Beyond that the value is still this fixed sequence of float32
-  operations, the same on every platform, and within the bound every order keeps (audit.ORDER_BOUND). Where every
-  order's sum is exact (the common case) it is their common value, what a dot gives. A run with an infinity or a
-  NaN (or a sum past float32's range) keeps the plain butterflies' +-inf or NaN, as any order of the sum gives.
-
-  Runs along an inner axis are transformed in place, never transposing x (the wgrad operands x^T and dY^T are
-  rotated along M, axis 0 of x and dY): x is seen as (P, 16, Q), and the butterflies combine its 16 slices
-  elementwise, one fusion on every backend: about 30 float32 operations an element, where a dot ran on the tensor
-  cores (its cost on CPU and in the fused backend's prediction: docs/numerics.md#random-hadamard-transform).
-  """
-  axis %= x.ndim
-  p = int(np.prod(x.shape[:axis], dtype=np.int64)) * (x.shape[axis] // BLOCK_SIZE)
-  # arithmetic.widen: the bf16 values themselves, where a cast would let XLA:GPU hand over a float32 producer's unrounded
-  # values (docs/numerics.md#on-a-gpu); TE's RHT kernel reads the bf16 tensor.
-  runs = arithmetic.widen(x).reshape(p, BLOCK_SIZE, int(np.prod(x.shape[axis + 1:], dtype=np.int64)))
+  operations, the same on every platform, and within the bound every order keeps (audit.ORDER_BOUND). A run with an
+  infinity or a NaN (or a sum past float32's range) keeps the plain butterflies' +-inf or NaN, as any order of the
+  sum gives. The butterflies combine the run's 16 slices elementwise, one fusion on every backend: about 30 float32
+  operations an element."""
   # x_i s_i / 4 is exact (a power-of-two scale; float32 reaches bf16's smallest subnormal / 4), so R's scale and
   # signs are applied before the sums and H16's +-1 entries are the butterflies' sums and differences.
   # The constants are anchored to x (arithmetic.anchored): a scalar broadcast against the operand would otherwise be made
   # once per constant outside a scanned layer loop, operand-sized.
-  scale = arithmetic.anchored(np.asarray(signs, np.float32) / np.float32(4), x)
-  zero = arithmetic.anchored(np.float32(0), x)
+  runs = arithmetic.widen(runs)
+  scale = arithmetic.anchored(np.asarray(signs, np.float32) / np.float32(4), runs)
+  zero = arithmetic.anchored(np.float32(0), runs)
   hi = [runs[:, i] * scale[i] for i in range(BLOCK_SIZE)]
   lo: list[jax.Array] | None = None
   half = BLOCK_SIZE // 2
@@ -93,21 +204,22 @@ def rht_sums(x: jax.Array, axis: int = -1, signs: np.ndarray = RHT_SIGNS) -> jax
   # An exact-zero sum is +0, as in TE's MMA, whose accumulator starts at +0 (+0 + -0 = +0): -0 + -0 gives -0, so
   # zeros are written as +0 (a select: XLA may fold away an `h + 0`).
   sums = [jnp.where(jnp.isfinite(h), jnp.where(h + e == 0, zero, h + e), h) for h, e in zip(hi, lo)]
-  return jnp.stack(sums, axis=1).reshape(x.shape)
+  return jnp.stack(sums, axis=1)
 
 
-def rht(x: jax.Array, axis: int = -1, signs: np.ndarray = RHT_SIGNS) -> jax.Array:
+def rht(x: jax.Array, axis: int = -1, signs: np.ndarray = RHT_SIGNS, *, capacity: int | None = None) -> jax.Array:
   """Forward RHT along `axis`, as TE's wgrad operands see it: bf16(f32(exact sum)) of each output (`rht_sums`).
 
   Args:
     x: float array whose `axis` is a multiple of 16 (checked by the caller).
     axis: the axis the 16-element runs lie along; rht(x, 0) == rht(x.T).T for a matrix.
     signs: the sign vector (TE's; another one only to model a faulty transform, MaxText.selfcheck).
+    capacity: as for `rht_sums` (a test's knob; the value does not depend on it).
 
   Returns:
     bfloat16 array of x's shape (round-to-nearest-even of the float32 sums; an exact-zero sum is +0, as in TE).
   """
-  return rht_sums(x, axis, signs).astype(jnp.bfloat16)
+  return _transform(x, axis, signs, jnp.bfloat16, capacity)
 
 
 def inverse_rht(y: jax.Array) -> jax.Array:

@@ -142,12 +142,14 @@ def test_jaxpr_three_gemms_on_fp4_operands_and_named_residuals():
   jaxpr = jax.make_jaxpr(lambda x, w: jax.vjp(gemm, x, w)[1](dy))(x, w)
   text = str(jaxpr)
   dots = [e for e in _equations(jaxpr.jaxpr) if e.primitive.name == "dot_general"]
-  # The RHT of a wgrad operand is butterflies of adds, not a dot (hadamard.rht_sums): every dot is a GEMM.
-  gemms = dots
+  # The RHT of a wgrad operand multiplies its runs by the 16x16 matrix (hadamard.rht_sums: a dot where every order's
+  # sum is exact, butterflies of adds elsewhere); every other dot is a GEMM.
+  gemms = [e for e in dots if all(v.aval.shape[-2:] != (16, 16) for v in e.invars)]
   assert len(gemms) == 3, [e.invars[1].aval.shape for e in dots]
   # Block-scaled operands in bf16 (exact), accumulated in f32.
   assert all(v.aval.dtype == jnp.bfloat16 for e in gemms for v in e.invars), [e.invars for e in gemms]
   assert all(e.params["preferred_element_type"] == jnp.float32 for e in gemms)
+  assert len(dots) - len(gemms) == 4  # x^T and dY^T, each rotated by one dot on each side of its platform choice
   # The one transpose is after quantization: the wgrad dot's lhs, the quantized x^T values written out K-last for
   # XLA:CPU's fast dot (gemm._transposed, a platform_dependent branch, i.e. a cond over the platform index).
   assert not [e for e in _equations(jaxpr.jaxpr, skip=("cond",)) if e.primitive.name == "transpose"]

@@ -14,6 +14,7 @@ import pytest
 import scipy.linalg
 
 from MaxText.nvfp4 import hadamard
+from tests.helpers import EXACT_RUN_BINADES, examples
 
 
 def test_matrix_is_te_signs_times_sylvester_over_four():
@@ -137,3 +138,137 @@ def test_a_nonfinite_run_gives_what_every_order_gives():
   with np.errstate(invalid="ignore"):
     want = runs @ hadamard.rht_matrix()  # NumPy's order: for these sums every order agrees
   np.testing.assert_array_equal(got, want)
+
+
+def _runs_of(x: np.ndarray, axis: int) -> np.ndarray:
+  """x's 16-element runs along `axis` as rows (n, 16), in the order of (P, 16, Q) runs."""
+  moved = np.moveaxis(np.asarray(x), axis, -1)
+  return moved.reshape(-1, 16)
+
+
+def _exact_path(x: jax.Array, axis: int) -> np.ndarray:
+  """The exact path alone over the whole tensor (hadamard._exact_sums), as x's shape: what every run must get."""
+  axis %= x.ndim
+  p = int(np.prod(x.shape[:axis], dtype=np.int64)) * (x.shape[axis] // 16)
+  runs = jnp.asarray(x).reshape(p, 16, int(np.prod(x.shape[axis + 1:], dtype=np.int64)))
+  return np.asarray(jax.jit(lambda r: hadamard._exact_sums(r, hadamard.RHT_SIGNS))(runs)).reshape(x.shape)
+
+
+def _mixed_runs(seed: int, shape: tuple[int, ...], lowest: int, span: int, zeros: float, specials: float,
+                crowded: float = 0.0) -> np.ndarray:
+  """bf16 values: magnitudes 1..2 times 2**(lowest .. lowest + span) with random signs, a fraction `crowded` of them
+  near the top (1.5..2 times 2**(lowest + span): runs whose magnitudes sum near the check's bound), a fraction
+  `zeros` +0 or -0, a fraction `specials` +-inf or NaN; with lowest near -133, bf16 subnormals and values below the
+  check's 2**-117."""
+  rng = np.random.default_rng(seed)
+  exponent = np.where(rng.uniform(size=shape) < crowded, span, rng.integers(0, span + 1, shape))
+  significand = np.where(exponent == span, rng.uniform(1.5, 2, shape), rng.uniform(1, 2, shape))
+  x = rng.choice([-1.0, 1.0], shape) * significand * np.exp2(lowest + exponent)
+  x = np.where(rng.uniform(size=shape) < zeros, rng.choice([-0.0, 0.0], shape), x)
+  x = np.where(rng.uniform(size=shape) < specials, rng.choice([np.inf, -np.inf, np.nan], shape), x)
+  return x.astype(ml_dtypes.bfloat16)
+
+
+#: A run whose products for output 0 (x_i s_i / 4) are [2**24, 2**16, -384, 129, 129, 129] x 2**-40, the rest zero:
+#: its exact sum 2**24 + 2**16 + 3 needs 25 bits; summed left to right in float32 it is 2**24 + 2**16, right to left
+#: 2**24 + 2**16 + 4, and their bf16 roundings differ too.
+_WIDE_RUN = (np.array([2.0**24, 2.0**16, -384, 129, 129, 129] + [0] * 10) * 4 * hadamard.RHT_SIGNS * 2.0**-40)
+
+
+@hypothesis.settings(max_examples=examples(80), deadline=None)
+@hypothesis.given(seed=st.integers(0, 2**32 - 1), lowest=st.integers(-140, 110), span=st.integers(0, 40),
+                  zeros=st.floats(0, 0.6), specials=st.sampled_from([0.0, 0.0, 0.01, 0.05]), crowded=st.floats(0, 1),
+                  capacity=st.integers(0, 12), axis=st.sampled_from([0, 1]))
+@hypothesis.example(seed=0, lowest=-2, span=0, zeros=0.0, specials=0.0, crowded=0.0, capacity=1, axis=1)  # _WIDE_RUN
+def test_the_dot_path_equals_the_exact_path_bit_for_bit(seed, lowest, span, zeros, specials, crowded, capacity, axis):
+  """rht_sums and rht, whichever path each run takes (the dot where every order's sum is exact, the gathered exact
+  path, or the exact path over the whole tensor when more runs fail than `capacity`), equal the exact path over the
+  whole tensor bit for bit: wide spans, zeros and -0, infinities and NaN, bf16 subnormals and runs below 2**-117."""
+  shape = (48, 4) if axis == 0 else (4, 48)  # 12 runs of 16, along M in place (P, 16, Q) or along the last axis
+  x = _mixed_runs(seed, shape, lowest, span, zeros, specials, crowded)
+  if axis == 1 and seed == 0 and span == 0:
+    x[0, :16] = _WIDE_RUN
+  x = jnp.asarray(x)
+  want = _exact_path(x, axis)
+  got = np.asarray(jax.jit(lambda x: hadamard.rht_sums(x, axis, capacity=capacity))(x))
+  np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+  bf16 = np.asarray(jax.jit(lambda x: hadamard.rht(x, axis, capacity=capacity))(x))
+  np.testing.assert_array_equal(bf16.view(np.uint16), want.astype(ml_dtypes.bfloat16).view(np.uint16))
+
+
+def test_a_run_some_order_rounds_takes_the_exact_path():
+  """_WIDE_RUN fails the check, and its output 0 is the exact sum rounded once (2**24 + 2**16 + 4, not the
+  left-to-right 2**24 + 2**16), in float32 and in bf16."""
+  run = _WIDE_RUN.astype(ml_dtypes.bfloat16)
+  np.testing.assert_array_equal(run.astype(np.float64), _WIDE_RUN)  # bf16 values
+  runs = jnp.asarray(np.stack([run, np.ones(16, ml_dtypes.bfloat16)]))
+  assert np.asarray(hadamard._every_order_exact(runs.reshape(2, 16, 1), 7)).ravel().tolist() == [False, True]
+  got = np.asarray(hadamard.rht_sums(runs))
+  want = _exact_rht_sums(np.asarray(runs))
+  np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+  assert got[0, 0] == np.float32((2.0**24 + 2.0**16 + 4) * 2.0**-40)
+  left_to_right = np.float32(0)
+  for t in (run.astype(np.float32) * hadamard.rht_matrix()[:, 0]):
+    left_to_right = np.float32(left_to_right + t)
+  assert left_to_right == np.float32((2.0**24 + 2.0**16) * 2.0**-40)
+  assert np.asarray(hadamard.rht(runs))[0, 0] != left_to_right.astype(ml_dtypes.bfloat16)
+
+
+@hypothesis.settings(max_examples=examples(60), deadline=None)
+@hypothesis.given(seed=st.integers(0, 2**32 - 1), lowest=st.integers(-120, 100), span=st.integers(0, 16),
+                  zeros=st.floats(0, 0.5), crowded=st.floats(0, 1))
+def test_the_check_passes_only_runs_every_order_sums_exactly(seed, lowest, span, zeros, crowded):
+  """Where _every_order_exact passes a run, the premise of its proof holds, exactly: the products are multiples of one
+  q >= 2**-126 (a quarter of the least nonzero term's bf16 ulp) whose magnitudes sum to at most 2**24 q, so every
+  order's partial sums are float32 values; its float32 sums left to right, right to left and pairwise, and the dot,
+  are each output's exact sum. And it passes every run whose nonzero terms lie within EXACT_RUN_BINADES of each other
+  and at or above 2**-117, so the dot is what most runs take."""
+  x = _mixed_runs(seed, (32, 16), lowest, span, zeros, 0.0, crowded)
+  runs = jnp.asarray(x).reshape(32, 16, 1)
+  passed = np.asarray(hadamard._every_order_exact(runs, 7)).ravel()
+  magnitude = np.abs(x.astype(np.float64))  # float64 holds every sum below exactly
+  nonzero = magnitude > 0
+  exponent = np.floor(np.log2(np.where(nonzero, magnitude, 1)))
+  q = np.where(nonzero, np.exp2(exponent - 7) / 4, np.inf).min(-1)
+  premise = ~nonzero.any(-1) | ((magnitude.sum(-1) / 4 <= 2.0**24 * q) & (q >= 2.0**-126))
+  assert premise[passed].all(), np.flatnonzero(passed & ~premise)
+  want = _exact_rht_sums(x)[passed]
+  products = x.astype(np.float32)[passed][:, :, None] * hadamard.rht_matrix()[None]  # (n, 16 terms, 16 outputs)
+  for order in (products, products[:, ::-1]):
+    total = np.zeros(want.shape, np.float32)
+    for i in range(16):
+      total = (total + order[:, i]).astype(np.float32)
+    np.testing.assert_array_equal(np.where(total == 0, 0, total).view(np.uint32), want.view(np.uint32))
+  pairs = products
+  while pairs.shape[1] > 1:
+    pairs = (pairs[:, 0::2] + pairs[:, 1::2]).astype(np.float32)
+  np.testing.assert_array_equal(np.where(pairs[:, 0] == 0, 0, pairs[:, 0]).view(np.uint32), want.view(np.uint32))
+  dot = np.asarray(hadamard._dot_sums(runs, hadamard.RHT_SIGNS))[:, :, 0][passed]
+  np.testing.assert_array_equal(dot.view(np.uint32), want.view(np.uint32))
+  top = np.where(nonzero, exponent, -np.inf).max(-1)
+  # The check reads the least nonzero magnitude one float32 ulp down: a power of two counts a binade lower.
+  least = np.nextafter(np.where(nonzero, magnitude, np.inf).min(-1).astype(np.float32), np.float32(0))
+  bottom = np.floor(np.log2(np.where(nonzero.any(-1), least, 1)))
+  close = ~nonzero.any(-1) | ((top - bottom <= EXACT_RUN_BINADES) & (bottom >= -117) & (top <= 123))
+  np.testing.assert_array_equal(passed, close)
+
+
+@pytest.mark.parametrize("axis", [0, 1])
+def test_more_failing_runs_than_the_capacity_is_still_exact(axis):
+  """A tensor of 2048 runs of which most fail the check, past the default capacity (64): the exact path runs over the
+  whole tensor, and every output is still the exact path's. Under jax.vmap, where only one of two tensors has too
+  many failing runs, each equals its own transform."""
+  shape = (64, 512) if axis == 0 else (512, 64)
+  wide = jnp.asarray(_mixed_runs(5, shape, -30, 30, 0.1, 0.0))
+  failing = np.sum(~np.asarray(hadamard._every_order_exact(
+      wide.reshape(4, 16, 512) if axis == 0 else wide.reshape(-1, 16, 1), 7)))
+  assert failing > max(hadamard.MIN_CAPACITY, 2048 * hadamard.CAPACITY_FRACTION)  # the default capacity
+  got = np.asarray(jax.jit(lambda x: hadamard.rht_sums(x, axis))(wide))
+  want = _exact_path(wide, axis)
+  np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+  calm = jnp.asarray(_mixed_runs(6, shape, -3, 6, 0.1, 0.0))
+  both = jnp.stack([calm, wide])
+  mapped = np.asarray(jax.jit(jax.vmap(lambda x: hadamard.rht(x, axis)))(both))
+  for one, tensor in zip(mapped, (calm, wide)):
+    want = _exact_path(tensor, axis).astype(ml_dtypes.bfloat16)
+    np.testing.assert_array_equal(one.view(np.uint16), want.view(np.uint16))
