@@ -3,8 +3,10 @@
 
 maxtext's DenseGeneral instantiates the class its quant object hands it with no arguments, wraps it in ToNNX and
 calls it as `dot_general(inputs, kernel, dimension_numbers, precision=None)` with only the "aqt" collection
-mutable; `UnquantizedDotGeneral` is the same call without quantization (BF16 GEMMs of an NVFP4 run). The NVFP4
-GEMM goes through the pipeline (MaxText.backends.pipeline) with `core` as its core.
+mutable; `UnquantizedDotGeneral` is the same call without quantization (BF16 GEMMs of an NVFP4 run), and
+`MeasuredDotGeneral` that call with its weight gradient measured (the BF16 MLP GEMMs of a run with
+nvfp4_mlp_precision=bf16 and the statistics on). The NVFP4 GEMM goes through the pipeline
+(MaxText.backends.pipeline) with `core` as its core.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from MaxText.nvfp4 import audit
 from MaxText.nvfp4.gemm import BlockScaledGemm, DimensionNumbers, GemmRecipe, nvfp4_dot_general, nvfp4_matmul
 from MaxText.precision.settings import Settings
 
-__all__ = ["DotGeneralModule", "Nvfp4DotGeneral", "UnquantizedDotGeneral", "core", "unquantized"]
+__all__ = ["DotGeneralModule", "MeasuredDotGeneral", "Nvfp4DotGeneral", "UnquantizedDotGeneral", "core",
+           "unquantized"]
 
 
 class DotGeneralModule(Protocol):
@@ -75,5 +78,20 @@ class UnquantizedDotGeneral(nn.Module):
 
   @nn.compact
   def __call__(self, lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None):
+    return jax.lax.dot_general(lhs, rhs, dimension_numbers, precision=precision,
+                               preferred_element_type=preferred_element_type)
+
+
+class MeasuredDotGeneral(nn.Module):
+  """UnquantizedDotGeneral whose weight gradient the statistics measure (Settings.bf16_mlp_taps: the zero shares of
+  a BF16 MLP GEMM, to hold beside an NVFP4 run's): the same lax.dot_general, so the same outputs and gradients, with
+  the weight passed through the gradient stage (MaxText.backends.stages.measured_weight) on its way in."""
+
+  settings: Settings
+
+  @nn.compact
+  def __call__(self, lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None):
+    state, sinks = pipeline.stages_of(self, self.settings, guard=False, candidate=audit.emulated, quantized=False)
+    rhs = pipeline.measured_weight(state, sinks, rhs, tuple(dimension_numbers[0][1]))
     return jax.lax.dot_general(lhs, rhs, dimension_numbers, precision=precision,
                                preferred_element_type=preferred_element_type)

@@ -49,7 +49,7 @@ from MaxText.precision.settings import Settings
 
 __all__ = ["EMULATED", "EXPERT_GEMMS", "ExpertCall", "ExpertGemms", "ExpertState", "JAX_RAGGED_DOT", "TE_MISSING",
            "active_call", "expert_call", "expert_einsum", "fused_expert_gemms", "grouped_gemm", "is_expert_kernel",
-           "te_expert_gemms"]
+           "measured_einsum", "te_expert_gemms"]
 
 #: `quant.einsum(mesh_axes=...)` serves two kinds of right-hand sides in RoutedMoE.dense_matmul: expert kernels,
 #: always 3-D (E, K, N) with axes such as ("exp", "embed_moe", "mlp_moe"), ("exp", None, "mlp") (capacity path),
@@ -103,9 +103,13 @@ def fused_expert_gemms() -> ExpertGemms:
 @dataclasses.dataclass
 class ExpertCall:
   """What the expert GEMMs of the RoutedMoE call being traced need: implementation, recipe, stochastic-rounding key,
-  the pipeline's per-call state with the layer's statistics sinks (ExpertState), and a call counter."""
+  the pipeline's per-call state with the layer's statistics sinks (ExpertState), and a call counter.
 
-  gemms: ExpertGemms
+  gemms None: BF16 experts whose weight gradients the statistics measure (Settings.bf16_mlp_taps); maxtext's own
+  GEMMs run, each on its weight stack from `measured_weight`.
+  """
+
+  gemms: ExpertGemms | None
   recipe: GemmRecipe
   key: jax.Array | None
   state: pipeline.Stages
@@ -124,13 +128,8 @@ class ExpertCall:
     `layout(*operands, key=, recipe=, gemm=, extra=)` maps one expert's GEMM over the experts
     (MaxText.nvfp4.grouped), `bf16(*operands)` is the unquantized GEMM of all experts.
     """
-    index = self.gemms_run
-    self.gemms_run += 1
+    index = self._slot()
     key = self.next_key()
-    if self.sinks and index >= self.sinks[0].shape[0]:
-      raise NotImplementedError(f"NVFP4 expert statistics: this RoutedMoE call runs more than "
-                                f"{self.sinks[0].shape[0]} expert GEMMs (wi_0, wi_1, wo); set nvfp4_stats_interval=0 "
-                                "for this model.")
     sinks = tuple(sink[index] for sink in self.sinks)  # (E, ...) each: one expert's slice per vmapped GEMM
 
     def over_experts(one_expert: Callable[..., jax.Array]) -> Callable[..., jax.Array]:
@@ -144,6 +143,26 @@ class ExpertCall:
     gemm = pipeline.assembled(self.state, lambda x_e, w_e: self.gemms.core(x_e, w_e, EXPERT_DIMS, self.recipe),
                               unquantized(EXPERT_DIMS), EXPERT_DIMS, over_experts=over_experts, bf16_all=bf16)
     return gemm(*operands, sinks)
+
+  def measured_weight(self, rhs: jax.Array, transposed: bool = False) -> jax.Array:
+    """One BF16 expert GEMM of the layer (gemms None): its weight stack (E, K, N), or (E, N, K) `transposed`, with
+    each expert's weight gradient measured into this GEMM's slot (pipeline.measured_weight); counted as `run`
+    counts. maxtext's own GEMM then multiplies it: the same outputs and gradients."""
+    index = self._slot()
+    sinks = tuple(sink[index] for sink in self.sinks)
+    if sinks and rhs.shape[0] != sinks[0].shape[0]:
+      raise NotImplementedError(f"expert statistics: a GEMM over {rhs.shape[0]} of {sinks[0].shape[0]} experts "
+                                "(expert parallelism); set nvfp4_stats_interval=0 for this model.")
+    return pipeline.measured_weight(self.state, sinks, rhs, (1,) if transposed else (0,), experts=True)
+
+  def _slot(self) -> int:
+    """The next expert GEMM's index among the layer's (wi_0, wi_1, wo: its slot in the statistics sinks)."""
+    index = self.gemms_run
+    self.gemms_run += 1
+    if self.sinks and index >= self.sinks[0].shape[0]:
+      raise NotImplementedError(f"expert statistics: this RoutedMoE call runs more than {self.sinks[0].shape[0]} "
+                                "expert GEMMs (wi_0, wi_1, wo); set nvfp4_stats_interval=0 for this model.")
+    return index
 
 
 _ACTIVE: contextvars.ContextVar[ExpertCall | None] = contextvars.ContextVar("nvfp4_expert_call", default=None)
@@ -168,16 +187,18 @@ class ExpertState(nn.Module):
   """A RoutedMoE layer's NVFP4 expert state, bridged into NNX by the integration layer: the stochastic-rounding
   key (sr.sr_key: rng stream plus a checkpointed call counter) and the pipeline's per-call state (pipeline.stages_of:
   this layer's decoder index and the training step for the BF16 switches; one statistics slot per expert GEMM and
-  expert), as (key or None, Stages, sinks)."""
+  expert), as (key or None, Stages, sinks). `quantized=False`: BF16 experts whose weight gradients the statistics
+  measure (Settings.bf16_mlp_taps): no key, no switch, those sinks only."""
 
   settings: Settings
   num_experts: int
+  quantized: bool = True
 
   @nn.compact
   def __call__(self) -> tuple[jax.Array | None, pipeline.Stages, tuple[jax.Array, ...]]:
-    key = sr_key(self) if self.settings.recipe.stochastic_rounding else None
+    key = sr_key(self) if self.quantized and self.settings.recipe.stochastic_rounding else None
     state, sinks = pipeline.stages_of(self, self.settings, guard=False, candidate=audit.emulated,
-                                      sink_shape=(len(EXPERT_GEMMS), self.num_experts))
+                                      sink_shape=(len(EXPERT_GEMMS), self.num_experts), quantized=self.quantized)
     return key, state, sinks
 
 
@@ -199,6 +220,26 @@ def is_expert_kernel(mesh_axes: tuple[str | None, ...]) -> bool:
 def expert_einsum(mesh_axes: tuple[str | None, ...]) -> Callable[..., jax.Array]:
   """What `Nvfp4Quantization.einsum(mesh_axes=...)` returns: NVFP4 for expert kernels, jnp.einsum otherwise."""
   return _einsum if is_expert_kernel(mesh_axes) else _routing_einsum
+
+
+def measured_einsum(mesh_axes: tuple[str | None, ...]) -> Callable[..., jax.Array]:
+  """What `quant.einsum(mesh_axes=...)` returns for BF16 experts whose weight gradients the statistics measure:
+  jnp.einsum, an expert kernel's stack passed through the layer's ExpertCall.measured_weight first."""
+  return _measured_einsum if is_expert_kernel(mesh_axes) else jnp.einsum
+
+
+def _measured_einsum(equation: str, lhs: jax.Array, rhs: jax.Array, **kwargs: Any) -> jax.Array:
+  """maxtext's expert einsum "<lhs>,<e k n> -> <out>" as it is (jnp.einsum, its kwargs), on the measured stack."""
+  call = active_call()
+  if call is None:
+    raise NotImplementedError(f"expert statistics: expert einsum {equation!r} outside a RoutedMoE call.")
+  inputs, out = equation.replace(" ", "").split("->")
+  lhs_labels, rhs_labels = inputs.split(",")
+  contracted = [i for i, c in enumerate(rhs_labels) if c in lhs_labels and c not in out]
+  if len(rhs_labels) != 3 or rhs_labels[0] not in out or contracted not in ([1], [2]):
+    raise NotImplementedError(f"expert statistics: expert einsum {equation!r}: expected '<tokens..>k,ekn-><..>'; "
+                              "set nvfp4_stats_interval=0 for this model.")
+  return jnp.einsum(equation, lhs, call.measured_weight(rhs, transposed=contracted == [2]), **kwargs)
 
 
 def _routing_einsum(equation: str, lhs: jax.Array, rhs: jax.Array, **kwargs: Any) -> jax.Array:

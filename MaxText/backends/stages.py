@@ -9,6 +9,8 @@ per-call state, e.g. the stochastic-rounding key or TE's quantizer set) and retu
                   stay the NVFP4 GEMM's (a `Core`'s three VJP parts);
   tap             every N steps, a measurement of the operands the GEMM quantizes (forward: x, W; backward: dY),
                   leaving as the cotangent of a sink variable (the per-GEMM statistics; the audit);
+  gradient_tap    every N steps, a measurement of the GEMM's weight gradient dW (the statistics' zero shares), the
+                  same way; `measured_weight` is its identity on W alone, which BF16 GEMMs use too;
   guard           a non-finite operand poisons the outputs that read it (TE's quantizer can hide a NaN).
 Why `tap` and `guard` are identities around the GEMM rather than a custom VJP wrapping it: the GEMM (and any
 conditional around it) is then differentiated by jax as it is, with its own residuals, saved or rematerialized by
@@ -32,7 +34,8 @@ from jax.ad_checkpoint import checkpoint_name
 from MaxText.nvfp4.gemm import QUANTIZATION_NAME
 from MaxText.precision.measures import Measure
 
-__all__ = ["GUARD_SCOPE", "TAP_SCOPE", "Core", "Gemm", "forward_switch", "guard", "select_bf16", "tap"]
+__all__ = ["GUARD_SCOPE", "TAP_SCOPE", "Core", "Gemm", "forward_switch", "gradient_tap", "guard", "measured_weight",
+           "select_bf16", "tap"]
 
 #: The named scopes (jax.named_scope) the guard's and the taps' own operations run under, the GEMM they wrap outside
 #: them: metadata in the compiled program's name stacks, by which the pre-flight attributes their kernels
@@ -153,6 +156,36 @@ def tap(gemm: Gemm, measure: Measure, matrices: Callable[[jax.Array, jax.Array],
       return output(y, probe, sink[backward_rows], flag)
 
   return tapped
+
+
+def measured_weight(w: jax.Array, measure: Callable[[jax.Array], jax.Array], sink: jax.Array,
+                    flag: jax.Array) -> jax.Array:
+  """`w` itself, whose cotangent dW is measured where the traced bool `flag` is true: `measure(dW)` (`sink`'s shape)
+  leaves as the cotangent of `sink`, as `tap`'s rows do; on other steps the cotangent is `sink` itself and nothing is
+  measured (`lax.cond`). dW passes unchanged: whatever multiplies `w` (an NVFP4 core, lax.dot_general, maxtext's
+  ragged_dot) computes the same gradients with or without it."""
+
+  @jax.custom_vjp
+  def weight(w, sink, flag):
+    del sink, flag
+    return w
+
+  def weight_fwd(w, sink, flag):
+    return w, (sink, flag)
+
+  def weight_bwd(residuals, dw):
+    previous, flag = residuals
+    return dw, jax.lax.cond(flag, lambda: measure(dw).astype(previous.dtype), lambda: previous), None
+
+  weight.defvjp(weight_fwd, weight_bwd)
+  with jax.named_scope(TAP_SCOPE):  # metadata only, as `tap`'s
+    return weight(w, sink, flag)
+
+
+def gradient_tap(gemm: Gemm, measure: Callable[[jax.Array], jax.Array], sink: jax.Array, flag: jax.Array) -> Gemm:
+  """`gemm`, with the same outputs and gradients, whose weight gradient dW (in rhs's layout) is measured on the
+  steps `flag` says (`measured_weight`)."""
+  return lambda lhs, rhs, extra: gemm(lhs, measured_weight(rhs, measure, sink, flag), extra)
 
 
 def _all_finite(a: jax.Array) -> jax.Array:

@@ -15,12 +15,12 @@ from collections.abc import Callable
 import flax.linen as nn
 
 from MaxText.backends import environment, experts, te
-from MaxText.backends.emulated import Nvfp4DotGeneral, UnquantizedDotGeneral
+from MaxText.backends.emulated import MeasuredDotGeneral, Nvfp4DotGeneral, UnquantizedDotGeneral
 from MaxText.backends.experts import TE_MISSING, ExpertGemms
 from MaxText.backends.te_gemm import fused_gemm
 from MaxText.nvfp4.gemm import BlockScaledGemm
 from MaxText.precision.modes import Backend
-from MaxText.precision.policy import Precision
+from MaxText.precision.policy import GemmClass, Precision
 from MaxText.precision.settings import Settings
 
 __all__ = ["TABLE", "Implementation", "expert_gemms", "expert_plan", "implementation", "implementation_name",
@@ -113,10 +113,15 @@ def implementation(backend: Backend) -> Implementation:
   return TABLE[backend]
 
 
-def module_class(precision: Precision, backend: Backend, settings: Settings) -> type[nn.Module]:
-  """The Linen module class that runs one GEMM in `precision` on `backend` (resolved); the recipe and the stages
-  around an NVFP4 GEMM (BF16 switches, statistics, guard) come from `settings`."""
+def module_class(precision: Precision, backend: Backend, settings: Settings,
+                 gemm_class: GemmClass = GemmClass.OTHER) -> type[nn.Module]:
+  """The Linen module class that runs one GEMM of `gemm_class` in `precision` on `backend` (resolved); the recipe and
+  the stages around an NVFP4 GEMM (BF16 switches, statistics, guard) come from `settings`. A BF16 MLP GEMM whose
+  weight gradient a tap measures (Settings.bf16_mlp_taps) is lax.dot_general with that measurement, on every
+  backend."""
   if precision is Precision.BF16:
+    if gemm_class is GemmClass.MLP and settings.bf16_mlp_taps:
+      return functools.partial(MeasuredDotGeneral, settings=settings)
     return UnquantizedDotGeneral
   return implementation(backend).dense(precision, settings)
 

@@ -5,7 +5,8 @@ A statistic's metric name is `nvfp4/layer_03/mlp/wo/wgrad_dy/rel_error` (MaxText
 layer, GEMM (the module path inside the layer), operand, statistic. This module reads them back from a run's
 scalars, ranks the layer/GEMM/operand cells by relative error at the last statistics step, and draws
 `stats_<run>.png`: rel_error and underflow per decoder layer x GEMM-operand at that step (top), and each layer's
-mean over its GEMM operands at every statistics step (bottom).
+mean over its GEMM operands at every statistics step (bottom). A run whose statistics hold no quantized operand (a
+BF16 baseline's weight-gradient shares alone, `.../wgrad/zero`) gets neither.
 """
 
 from __future__ import annotations
@@ -64,16 +65,23 @@ def _grid(values: dict[str, float], stat: str) -> tuple[list[int], list[str], np
   return layers, columns, grid
 
 
+def _operand_steps(run: RunMetrics) -> dict[int, dict[str, float]]:
+  """The run's statistics steps that measured quantized operands (a relative error), with all their statistics."""
+  return {step: values for step, values in run.quant_stats.items()
+          if any((parsed := parse_name(name)) is not None and parsed[3] == "rel_error" for name in values)}
+
+
 def summarize(run: RunMetrics, top: int = 5) -> QuantStatsSummary | None:
   """The `top` layer/GEMM/operand cells with the largest relative error at the run's last statistics step, with
   their underflow; and the layer whose mean relative error is largest, with the key that would run its MLP GEMMs in
   BF16 only when it stands out: when it exceeds the median of the other layers both by more than their spread (max -
   min; at least two other layers) and by more than STANDS_OUT_MARGIN of that median. A layer 0.4% above the others
-  is no finding, even where their own spread is smaller still. None if the run logged no statistics."""
-  if not run.quant_stats:
+  is no finding, even where their own spread is smaller still. None if the run logged no operand statistics."""
+  measured = _operand_steps(run)
+  if not measured:
     return None
-  step = max(run.quant_stats)
-  values = run.quant_stats[step]
+  step = max(measured)
+  values = measured[step]
   rows = []
   for name, value in values.items():
     parsed = parse_name(name)
@@ -103,8 +111,9 @@ def summarize(run: RunMetrics, top: int = 5) -> QuantStatsSummary | None:
 
 def plot_heatmap(run: RunMetrics, path: Path) -> None:
   """stats_<run>.png (see the module docstring)."""
-  steps = sorted(run.quant_stats)
-  last = run.quant_stats[steps[-1]]
+  measured = _operand_steps(run)
+  steps = sorted(measured)
+  last = measured[steps[-1]]
   fig = Figure(figsize=(13, 8.5), dpi=_DPI, layout="constrained")
   axes = fig.subplots(2, 2)
   for col, (stat, label) in enumerate(_DRAWN):
@@ -116,7 +125,7 @@ def plot_heatmap(run: RunMetrics, path: Path) -> None:
     ax.set_xticks(range(len(columns)), columns, rotation=60, ha="right", fontsize=7)
     fig.colorbar(image, ax=ax, label=label)
     over_time = np.array([[np.nanmean(row) if np.isfinite(row).any() else np.nan
-                           for row in _grid(run.quant_stats[s], stat)[2]] for s in steps]).T
+                           for row in _grid(measured[s], stat)[2]] for s in steps]).T
     ax = axes[1, col]
     image = ax.imshow(over_time, aspect="auto", cmap="viridis", interpolation="nearest")
     ax.set_title(f"{stat}: mean over each layer's GEMM operands")
@@ -130,10 +139,10 @@ def plot_heatmap(run: RunMetrics, path: Path) -> None:
 
 
 def plot_all(runs: Sequence[RunMetrics], out: Path) -> list[Path]:
-  """A heatmap for every run that logged statistics; the paths written."""
+  """A heatmap for every run that logged operand statistics; the paths written."""
   written = []
   for run in runs:
-    if run.quant_stats:
+    if _operand_steps(run):
       path = out / heatmap_file(run.name)
       plot_heatmap(run, path)
       written.append(path)

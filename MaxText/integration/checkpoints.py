@@ -41,7 +41,7 @@ _LOG = logging.getLogger(__name__)
 
 def plugin_variable_names() -> frozenset[str]:
   """The names of the plugin's own (non-weight) variables and state subtrees in an NVFP4 model."""
-  return frozenset({SR_COUNT_NAME, LAYER_NAME, STATE_ATTR, *(tap.variable for tap in TAPS)})
+  return frozenset({SR_COUNT_NAME, LAYER_NAME, STATE_ATTR, *(v for tap in TAPS for v in tap.variables)})
 
 
 def plugin_variable(path: tuple[Any, ...]) -> str | None:

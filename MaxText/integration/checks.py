@@ -4,8 +4,9 @@
 Why at load: maxtext builds and compiles the model long after the config loads, and a GEMM shape TE refuses, a key
 that would quantize nothing or an expert path that would train unquantized otherwise surfaces as a traceback from
 deep inside a traced step, or not at all. Each message names the key, its value and what works. The backend is
-chosen against the environment of `MaxText.backends.environment.current()` (this machine's, or the one a caller
-answers with, as the pre-flight does for its target GPUs).
+the one resolved for the config (MaxText.integration.settings.backend_of) against the environment of
+`MaxText.backends.environment.current()` (this machine's, or the one a caller answers with, as the pre-flight does
+for its target GPUs).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 from MaxText.backends import environment, table
 from MaxText.backends.experts import TE_MISSING
 from MaxText.integration.run_keys import EXPERT_LAYOUT_KEYS, maxtext_keys
+from MaxText.integration.settings import backend_of
 from MaxText.integration.shapes import gemm_dims
 from MaxText.nvfp4.formats import BLOCK_SIZE
 from MaxText.precision.gemm_shapes import block_errors
@@ -56,7 +58,7 @@ def check(config: Any, settings: Settings, env: environment.Environment | None =
     raise ValueError(error)
   _check_bf16_layers_and_steps(config, settings)
   # te: raises ValueError naming the reason and nvfp4_backend=emulated; auto: the choice, logged once.
-  on_te = table.implementation(table.resolve_backend(settings.backend, env)).te_kernels
+  on_te = table.implementation(backend_of(config, env)).te_kernels
   dims = gemm_dims(config, settings)
   errors = block_errors(dims, BLOCK_SIZE, mode)
   if not errors and on_te:  # what TransformerEngine would refuse on Blackwell, per device (precision/te_rules.py)
@@ -66,8 +68,9 @@ def check(config: Any, settings: Settings, env: environment.Environment | None =
 
 
 def _check_periodic(config: Any, settings: Settings, tap: Tap) -> None:
-  """A tap's interval (nvfp4_<tap>_interval): not negative; only where NVFP4 GEMMs run and maxtext hands the
-  measurement back (the `_overwrite_with_gradient` route: no gradient accumulation loop, no pipeline)."""
+  """A tap's interval (nvfp4_<tap>_interval): not negative; only where NVFP4 GEMMs run (or, for a tap that measures
+  weight gradients, BF16 MLP GEMMs: Settings.bf16_mlp_taps) and maxtext hands the measurement back (the
+  `_overwrite_with_gradient` route: no gradient accumulation loop, no pipeline)."""
   key, interval, what = tap.key, tap.interval(settings), tap.what
   if interval < 0:
     raise ValueError(f"{key}={interval} is negative; use 0 (off) or N >= 1 (every N steps).")
@@ -76,7 +79,7 @@ def _check_periodic(config: Any, settings: Settings, tap: Tap) -> None:
   if not settings.nvfp4:
     raise ValueError(f"{key}={interval} with quantization={settings.quantization!r}: it measures NVFP4 GEMMs ({what}); use "
                      f"quantization=te_nvfp4 or te_nvfp4_no_rht, or {key}=0.")
-  if not settings.nvfp4_gemms:
+  if not settings.nvfp4_gemms and tap not in settings.bf16_mlp_taps:  # the BF16 MLP GEMMs' weight gradients
     raise ValueError(f"{key}={interval} with nvfp4_mlp_precision=bf16 and nvfp4_attention_precision="
                      f"{settings.attention.value}: no GEMM is NVFP4, so there is nothing to measure; set {key}=0 for "
                      "the baseline.")
@@ -150,7 +153,7 @@ def experts_error(config: Any, settings: Settings, env: environment.Environment)
     return None
   where = f"quantization={settings.quantization} with num_experts={num_experts}"
   backend = settings.backend.value
-  resolved = table.resolve_backend(backend, env)  # "te" where TE cannot run raises its own one-line error
+  resolved = backend_of(config, env)  # "te" where TE cannot run raises its own one-line error
   if table.expert_gemms(resolved) is None:
     return (f"{where} and nvfp4_backend={backend} (-> {resolved.value}): no NVFP4 expert GEMMs on this backend "
             f"({TE_MISSING}). Set nvfp4_moe_experts=bf16 (experts BF16, dense GEMMs NVFP4) or "

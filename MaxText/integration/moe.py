@@ -10,6 +10,10 @@ Installed by the seam (MaxText.integration.seam), which checks each signature fi
   * `megablox.gmm` (maxtext's attribute, keyword call from RoutedMoE.sparse_matmul): the NVFP4 grouped GEMM while
     an NVFP4 RoutedMoE call runs, megablox's own otherwise.
 A call whose expert GEMMs bypassed all three (a maxtext MoE path not covered) fails instead of training unquantized.
+
+BF16 experts whose weight gradients the statistics measure (nvfp4_mlp_precision=bf16 with nvfp4_stats_interval:
+Settings.bf16_mlp_taps) take the same three hooks, which then run maxtext's own GEMM (megablox's gmm, jax's
+ragged_dot, jnp.einsum) on the weight stack passed through the measurement (ExpertCall.measured_weight).
 """
 
 from __future__ import annotations
@@ -38,6 +42,11 @@ def _nvfp4_experts(module: Any) -> bool:
   return getattr(getattr(module, "quant", None), "experts", None) is Precision.NVFP4
 
 
+def _measured_experts(module: Any) -> bool:
+  """BF16 experts whose weight gradients a tap measures (Settings.bf16_mlp_taps; the experts are BF16 there)."""
+  return bool(getattr(getattr(getattr(module, "quant", None), "settings", None), "bf16_mlp_taps", ()))
+
+
 def wrap_gmm(original: Callable[..., Any]) -> Callable[..., Any]:
   """megablox's gmm: NVFP4 while an NVFP4 RoutedMoE call runs (arguments bound by name)."""
   signature = inspect.signature(original)
@@ -47,6 +56,8 @@ def wrap_gmm(original: Callable[..., Any]) -> Callable[..., Any]:
     call = experts.active_call()
     if call is None:
       return original(*args, **kwargs)
+    if call.gemms is None:  # BF16 experts, measured: megablox's own gmm on the measured stack
+      return _on_measured_weight(original, signature, call, args, kwargs, transposed="transpose_rhs")
     bound = signature.bind(*args, **kwargs).arguments
     if bound.get("partial_sum") is not None or bound.get("existing_out") is not None:
       _refuse("a partial-sum gmm (num_moe_emb_chunks)")
@@ -69,6 +80,8 @@ def wrap_ragged_dot(original: Callable[..., Any]) -> Callable[..., Any]:
     call = experts.active_call()
     if call is None:  # another thread's model, or a ragged_dot that is not an expert GEMM of this layer
       return original(*args, **kwargs)
+    if call.gemms is None:  # BF16 experts, measured: jax's own ragged_dot on the measured stack
+      return _on_measured_weight(original, signature, call, args, kwargs)
     bound = signature.bind(*args, **kwargs).arguments
     if bound.get("group_offset") is not None:
       _refuse("ragged_dot with group_offset")
@@ -78,15 +91,29 @@ def wrap_ragged_dot(original: Callable[..., Any]) -> Callable[..., Any]:
   return ragged_dot
 
 
+def _on_measured_weight(original: Callable[..., Any], signature: inspect.Signature, call: experts.ExpertCall,
+                        args: tuple[Any, ...], kwargs: dict[str, Any], transposed: str | None = None) -> Any:
+  """`original(*args, **kwargs)` with its `rhs` (the expert weight stack) through call.measured_weight; `transposed`
+  names the argument saying rhs is (E, N, K)."""
+  bound = signature.bind(*args, **kwargs)
+  flipped = bool(bound.arguments.get(transposed)) if transposed else False
+  bound.arguments["rhs"] = call.measured_weight(bound.arguments["rhs"], transposed=flipped)
+  return original(*bound.args, **bound.kwargs)
+
+
 def wrap_routed_moe_init(original: Callable[..., Any]) -> Callable[..., Any]:
-  """RoutedMoE.__init__, then (NVFP4 experts) the layer's ExpertState bridged into NNX with its rng streams."""
+  """RoutedMoE.__init__, then (NVFP4 experts, or measured BF16 experts) the layer's ExpertState bridged into NNX with
+  its rng streams."""
 
   @functools.wraps(original)
   def __init__(self, *args, **kwargs):  # pylint: disable=invalid-name
     original(self, *args, **kwargs)
-    if _nvfp4_experts(self):
-      state = nnx_wrappers.ToNNX(experts.ExpertState(settings=self.quant.settings, num_experts=int(self.num_experts)),
-                                 rngs=self.rngs)
+    if _nvfp4_experts(self) or _measured_experts(self):
+      quantized = _nvfp4_experts(self)
+      # Measured BF16 experts draw no random numbers, and forking the layer's Rngs would move every later parameter's
+      # initial draw: the baseline with statistics would start from other weights than without.
+      state = nnx_wrappers.ToNNX(experts.ExpertState(settings=self.quant.settings, num_experts=int(self.num_experts),
+                                                     quantized=quantized), rngs=self.rngs if quantized else None)
       state.lazy_init()
       setattr(self, STATE_ATTR, state)
 
@@ -94,10 +121,13 @@ def wrap_routed_moe_init(original: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def wrap_routed_moe_call(original: Callable[..., Any]) -> Callable[..., Any]:
-  """RoutedMoE.__call__ with this layer's ExpertCall current (NVFP4 experts), maxtext's own otherwise."""
+  """RoutedMoE.__call__ with this layer's ExpertCall current (NVFP4 experts, or measured BF16 experts), maxtext's own
+  otherwise."""
 
   @functools.wraps(original)
   def __call__(self, *args, **kwargs):  # pylint: disable=invalid-name
+    if _measured_experts(self):
+      return _measured_call(original, self, args, kwargs)
     if not _nvfp4_experts(self):
       return original(self, *args, **kwargs)
     gemms = table.expert_gemms(self.quant.backend)
@@ -115,3 +145,16 @@ def wrap_routed_moe_call(original: Callable[..., Any]) -> Callable[..., Any]:
     return out
 
   return __call__
+
+
+def _measured_call(original: Callable[..., Any], module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+  """A BF16 RoutedMoE call whose expert GEMMs' weight gradients are measured: maxtext's own GEMMs (gemms None)."""
+  _, state, sinks = getattr(module, STATE_ATTR)(mutable=["aqt"])
+  call = experts.ExpertCall(None, module.quant.settings.recipe, None, state, sinks)
+  with experts.expert_call(call), seam.installed_during("moe call"):
+    out = original(module, *args, **kwargs)
+  if call.gemms_run == 0:  # never a statistic that silently misses the experts
+    raise NotImplementedError("expert statistics: this RoutedMoE call ran its BF16 expert GEMMs outside the hooks "
+                              "(megablox gmm, jax.lax.ragged_dot, quant.einsum), so their weight gradients would go "
+                              "unmeasured. Set nvfp4_stats_interval=0, or use maxtext's default MoE settings.")
+  return out

@@ -15,11 +15,11 @@ import flax.linen as nn
 import jax.numpy as jnp
 from maxtext.layers import quantizations
 
-from MaxText.backends import environment, experts, table
+from MaxText.backends import experts, table
 from MaxText.backends.table import module_class
-from MaxText.integration.settings import settings_of
+from MaxText.integration.settings import backend_of, settings_of
 from MaxText.precision.modes import Backend
-from MaxText.precision.policy import Precision, PrecisionPolicy
+from MaxText.precision.policy import Precision, PrecisionPolicy, classify
 from MaxText.precision.settings import Settings
 
 __all__ = ["Nvfp4Quantization", "quantization_from_config"]
@@ -55,13 +55,17 @@ class Nvfp4Quantization(quantizations.Quantization):
     return 128 if table.implementation(self.backend).te_kernels else self.policy.recipe.format.block_size
 
   def dot_general_cls(self, mesh_axes: tuple[str | None, ...] = ()) -> type[nn.Module]:
-    return module_class(self.policy.precision_for(tuple(mesh_axes)), self.backend, self.settings)
+    axes = tuple(mesh_axes)
+    return module_class(self.policy.precision_for(axes), self.backend, self.settings, classify(axes))
 
   def einsum(self, mesh_axes: tuple[str | None, ...] = (), dtype: Any = jnp.float32) -> Any:
     """maxtext's MoE hook, called as `quant.einsum(mesh_axes=rhs_axes)` (RoutedMoE.get_einsum, sparse_matmul=false):
-    NVFP4 expert einsums for expert kernels when experts are NVFP4, jnp.einsum otherwise."""
+    NVFP4 expert einsums for expert kernels when experts are NVFP4; jnp.einsum otherwise, on an expert kernel whose
+    weight gradient is measured where the statistics measure BF16 MLP GEMMs (Settings.bf16_mlp_taps)."""
     del dtype
-    return experts.expert_einsum(tuple(mesh_axes)) if self.experts is Precision.NVFP4 else jnp.einsum
+    if self.experts is Precision.NVFP4:
+      return experts.expert_einsum(tuple(mesh_axes))
+    return experts.measured_einsum(tuple(mesh_axes)) if self.settings.bf16_mlp_taps else jnp.einsum
 
   def expert_plan(self) -> tuple[Precision, str]:
     """(precision, implementation) of the routed-expert GEMMs, for the precision plan."""
@@ -69,7 +73,8 @@ class Nvfp4Quantization(quantizations.Quantization):
 
 
 def quantization_from_config(config: Any, quant_mode_str: str = "train") -> Nvfp4Quantization:
-  """maxtext's quant object for an NVFP4 mode, with the backend resolved against `environment.current()`.
+  """maxtext's quant object for an NVFP4 mode, on the backend resolved for `config` (settings.backend_of: against
+  `environment.current()`, once per config object).
 
   Raises:
     ValueError: nvfp4_backend=te where TransformerEngine or a Blackwell GPU is missing.
@@ -79,5 +84,4 @@ def quantization_from_config(config: Any, quant_mode_str: str = "train") -> Nvfp
   if quant_mode_str != "train":
     raise NotImplementedError(f"quantization={settings.quantization} supports training only; got quant_mode "
                               f"{quant_mode_str!r} (serve/convert). Serve the trained BF16/FP32 weights instead.")
-  return Nvfp4Quantization(settings=settings,
-                           backend=table.resolve_backend(settings.backend, environment.current()))
+  return Nvfp4Quantization(settings=settings, backend=backend_of(config))

@@ -53,7 +53,7 @@ def _reinitialized(old: str, new: str, started: tuple[Tap, ...] = ()) -> str:
   `started` on now and off then."""
   parts = []
   if started:
-    variables = ", ".join(tap.variable for tap in started)
+    variables = ", ".join(v for tap in started for v in tap.variables)
     whats = " and ".join(tap.what for tap in started)
     parts.append(f"the per-GEMM tap variables ({variables}) start at zero until the next step of {whats}")
   if new in NVFP4_MODES and old not in NVFP4_MODES:

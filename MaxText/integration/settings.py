@@ -1,9 +1,15 @@
 # Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
-"""The plugin's settings of a maxtext config, read once per config object and handed down whole.
+"""The plugin's settings of a maxtext config, read once per config object and handed down whole, and the backend
+they run on, resolved once per config object and environment.
 
 Why here: this is the one reader of the plugin's keys on a maxtext config (HyperParameters or the pydantic model).
 Everything below the integration layer takes the `Settings` it returns, never the config. maxtext hands its hooks the
 same config object on every step (the trainer's HyperParameters), so the per-step hooks find it in the cache.
+
+Why the backend here too: nvfp4_backend names a wish (auto, te, emulated, fused); which backend runs depends on the
+machine, or on the target GPUs a caller answers for (MaxText.backends.environment.answering). `backend_of` resolves it
+once per config and environment and keeps it beside the settings; the config checks, the quant object, the
+pre-flight and the self-check read it there.
 """
 
 from __future__ import annotations
@@ -11,12 +17,15 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
+from MaxText.backends import environment, table
 from MaxText.precision.keys import PluginKeys
+from MaxText.precision.modes import Backend
 from MaxText.precision.settings import Settings
 
-__all__ = ["settings_of"]
+__all__ = ["backend_of", "settings_of"]
 
 _CACHE: weakref.WeakKeyDictionary[Any, Settings] = weakref.WeakKeyDictionary()
+_BACKENDS: weakref.WeakKeyDictionary[Any, dict[environment.Environment, Backend]] = weakref.WeakKeyDictionary()
 
 
 def _keys(config: Any) -> dict[str, Any]:
@@ -49,3 +58,22 @@ def settings_of(config: Any) -> Settings:
   except TypeError:
     pass
   return settings
+
+
+def backend_of(config: Any, env: environment.Environment | None = None) -> Backend:
+  """The backend `config`'s NVFP4 GEMMs run on: its settings' nvfp4_backend resolved (MaxText.backends.table.
+  resolve_backend: auto's choice logged once) against `env`, by default `environment.current()` (this machine, or the
+  one a caller answers for), once per config object and environment (a config that cannot be cached is resolved at
+  each read).
+
+  Raises:
+    ValueError: nvfp4_backend=te where TransformerEngine cannot run NVFP4 (at every read: nothing is cached).
+  """
+  env = env or environment.current()
+  try:
+    known = _BACKENDS.setdefault(config, {})
+  except TypeError:  # unhashable (pydantic models, as they validate): resolved each time
+    known = {}
+  if env not in known:
+    known[env] = table.resolve_backend(settings_of(config).backend, env)
+  return known[env]

@@ -27,7 +27,7 @@ from MaxText.integration.settings import settings_of
 from MaxText.nvfp4.operands import GEMM_OPERANDS
 from MaxText.precision.modes import is_nvfp4
 from MaxText.precision.settings import Settings
-from MaxText.precision.taps import TAPS, ExpertReduction, Tap
+from MaxText.precision.taps import GRADIENT_ROW, TAPS, ExpertReduction, Tap
 
 __all__ = ["PREFIX", "filter_written_metrics", "on_written", "stats_metrics"]
 
@@ -57,16 +57,23 @@ def stats_metrics(state: Any, settings: Settings, first_num_dense_layers: int = 
   """{metric name: float32 scalar} for every NVFP4 GEMM tap variable in `state` (traced or concrete):
   `nvfp4/layer_03/mlp/wo/wgrad_dy/rel_error` (statistics), `nvfp4/audit/layer_03/mlp/wo/dgrad_dy/codes` (audit).
 
+  A tap's weight-gradient variable (Tap.gradient) is one row more, named GRADIENT_ROW:
+  `nvfp4/layer_03/mlp/wo/wgrad/zero`; a BF16 MLP GEMM measured with nvfp4_mlp_precision=bf16 holds only that one.
+
   A GEMM is named by the modules between its decoder layer and the GEMM module (e.g. mlp/wi_0); decoder layers
   that run BF16 throughout (nvfp4_bf16_first/last_layers, nvfp4_bf16_layers) quantize nothing and are left out.
   """
-  taps = {tap.variable: tap for tap in TAPS}
+  variables: dict[str, tuple[Tap, tuple[str, ...], tuple[str, ...]]] = {}  # variable -> (tap, rows, columns)
+  for tap in TAPS:
+    variables[tap.variable] = (tap, GEMM_OPERANDS, tap.columns)
+    if tap.gradient:
+      variables[tap.gradient_variable] = (tap, (GRADIENT_ROW,), tap.gradient)
   metrics: dict[str, jax.Array] = {}
   for path, leaf in jax.tree_util.tree_leaves_with_path(state):
     names = _model_path(path)
-    if not names or names[-1] not in taps:
+    if not names or names[-1] not in variables:
       continue
-    tap = taps[names[-1]]
+    tap, rows, columns = variables[names[-1]]
     expert = leaf.ndim in (4, 5)  # a RoutedMoE layer's (expert GEMMs, experts, operands, columns)
     stacked = leaf.ndim in (3, 5)  # a leading layer axis under scan
     indices = layer_indices(names, leaf.shape if stacked else (), first_num_dense_layers) or [-1]
@@ -77,22 +84,23 @@ def stats_metrics(state: Any, settings: Settings, first_num_dense_layers: int = 
       values = leaf[slot] if stacked else leaf
       if expert:
         for g, name in enumerate(EXPERT_GEMMS):
-          metrics.update(_expert_stack_metrics(tap, layer, f"{gemm}/experts/{name}", values[g]))
+          metrics.update(_expert_stack_metrics(tap, layer, f"{gemm}/experts/{name}", values[g], rows, columns))
         continue
-      for i, operand in enumerate(GEMM_OPERANDS):
-        for j, column in enumerate(tap.columns):
+      for i, operand in enumerate(rows):
+        for j, column in enumerate(columns):
           metrics[tap.metric(layer, gemm, operand, column)] = values[i, j]
   return metrics
 
 
-def _expert_stack_metrics(tap: Tap, layer: int, gemm: str, values: jax.Array) -> dict[str, jax.Array]:
-  """One expert GEMM's cells over its experts (values: experts x operands x columns), by the tap's reduction. Counts
+def _expert_stack_metrics(tap: Tap, layer: int, gemm: str, values: jax.Array, rows: tuple[str, ...],
+                          columns: tuple[str, ...]) -> dict[str, jax.Array]:
+  """One expert GEMM's cells over its experts (values: experts x rows x columns), by the tap's reduction. Counts
   (the audit): their sum. The calibration's amax: the largest. Statistics: amax the largest, the others the mean
   over experts, and `<column>_worst`, the largest expert's, for the tap's `worst` columns. An expert that received
-  no token in the step reports zeros and pulls the mean down."""
+  no token in the step reports zeros and pulls the mean down (its weight gradient: all zero, a share of 1)."""
   out = {}
-  for i, operand in enumerate(GEMM_OPERANDS):
-    for j, column in enumerate(tap.columns):
+  for i, operand in enumerate(rows):
+    for j, column in enumerate(columns):
       cells = values[:, i, j]
       if tap.experts is not ExpertReduction.MEAN:
         out[tap.metric(layer, gemm, operand, column)] = (jnp.sum if tap.experts is ExpertReduction.SUM else jnp.max)(

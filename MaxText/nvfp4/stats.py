@@ -1,5 +1,6 @@
 # Copyright 2026 The MaxText NVFP4 plugin authors. Licensed under the Apache License, Version 2.0 (see LICENSE).
-"""How much one NVFP4 quantization loses: amax, underflow, relative error and subnormal block scales.
+"""How much one NVFP4 quantization loses: amax, underflow, relative error and subnormal block scales; and how much
+of a weight gradient is exactly zero (`weight_gradient_stats`, for NVFP4 and BF16 GEMMs alike).
 
 Why in the numerics layer: the statistics must describe the operands the GEMM really sees, so they are computed
 by the same encoding (`quantize.encode`: RHT, tensor scale, E4M3 block scales, the kernels' f32 order) that
@@ -26,11 +27,14 @@ from MaxText.nvfp4.gemm import GemmRecipe
 from MaxText.nvfp4.operands import BACKWARD_ROWS, FORWARD_ROWS, GEMM_OPERANDS, gemm_operands
 from MaxText.nvfp4.quantize import Scaling, blocked, check_input, encode
 
-__all__ = ["STAT_NAMES", "SUBNORMAL_SCALE",
-           "backward_operand_stats", "empty_gemm_stats", "forward_operand_stats", "quantization_stats"]
+__all__ = ["STAT_NAMES", "SUBNORMAL_SCALE", "WGRAD_STAT_NAMES", "backward_operand_stats", "empty_gemm_stats",
+           "forward_operand_stats", "quantization_stats", "weight_gradient_stats"]
 
 #: The statistics, in the order `quantization_stats` returns them (and stacked arrays of them are laid out).
 STAT_NAMES = ("amax", "underflow", "rel_error", "subnormal_scales")
+
+#: The weight gradient's figures, in the order `weight_gradient_stats` returns them.
+WGRAD_STAT_NAMES = ("zero", "zero_channels")
 
 #: Smallest normal E4M3 value (2**-6): a block scale below it (or 0) has lost precision to the subnormal range.
 SUBNORMAL_SCALE = NVFP4.scale_min_normal
@@ -122,3 +126,33 @@ def backward_operand_stats(dy: jax.Array, recipe: GemmRecipe) -> jax.Array:
 def empty_gemm_stats() -> jax.Array:
   """The statistics array of one GEMM before any statistics step: zeros, (len(GEMM_OPERANDS), len(STAT_NAMES))."""
   return jnp.zeros((len(GEMM_OPERANDS), len(STAT_NAMES)), jnp.float32)
+
+
+# --- The weight gradient ----------------------------------------------------------------------------------------
+
+
+def _share(hits: jax.Array) -> jax.Array:
+  """The share of true elements of `hits` as float32: an int32 count (exact past float32's 2^24), divided correctly
+  rounded (arithmetic.divide) so the figure is the same number on every platform."""
+  count = jnp.sum(hits, dtype=jnp.int32).astype(jnp.float32)
+  return divide(count, np.float32(max(hits.size, 1)))
+
+
+def weight_gradient_stats(dw: jax.Array, contracting: tuple[int, ...] = (0,)) -> jax.Array:
+  """The share of dW's entries that are exactly zero, and the share of its output channels whose whole gradient is
+  zero: float32 (2,), in WGRAD_STAT_NAMES order, jit-able.
+
+  Why exactly zero: an NVFP4 wgrad multiplies quantized x^T and dY^T, whose elements flush to 0 below half the
+  smallest E2M1 step of their block; a weight entry whose every product flushed gets no update at all, where BF16
+  would give it a small one. An output channel (a column n of W) with dW[:, n] == 0 everywhere learns nothing in that
+  step: a routed expert that received no token, or a dY column that flushed whole. -0.0 counts as zero; NaN does not.
+
+  Args:
+    dw: the weight gradient in the weight's own layout, any float dtype.
+    contracting: dW's axes that the GEMM contracts (K; DenseGeneral's kernel axes against its input); every other
+      axis is an output channel axis (N).
+  """
+  dw = jnp.asarray(dw)
+  zero = dw == 0
+  contracting = tuple(a % dw.ndim for a in contracting)
+  return jnp.stack([_share(zero), _share(jnp.all(zero, axis=contracting))])

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 from MaxText.nvfp4 import audit
 from MaxText.nvfp4.gemm import GemmRecipe
 from MaxText.nvfp4.operands import BACKWARD_ROWS, FORWARD_ROWS, GEMM_OPERANDS, Operand, gemm_operands
-from MaxText.nvfp4.stats import STAT_NAMES, backward_operand_stats, forward_operand_stats
+from MaxText.nvfp4.stats import STAT_NAMES, backward_operand_stats, forward_operand_stats, weight_gradient_stats
 
 __all__ = ["BackendQuantizer", "Measure", "auditing", "calibrating", "operand_rows", "statistics"]
 
@@ -33,6 +33,8 @@ class Measure:
   forward(x, w): the rows known in the forward pass, from x (M x K) and W (K x N) as the GEMM sees them.
   backward(dy): the rows known in the backward pass, from dY (M x N).
   forward_rows / backward_rows: where those rows go in the whole array; `empty()` is the array before any step.
+  gradient(dw, contracting): the tap's weight-gradient row (1 x Tap.gradient columns) from dW in the weight's own
+    layout, `contracting` its axes the GEMM contracts; None for a tap without one (Tap.gradient).
   """
 
   forward: Callable[[jax.Array, jax.Array], jax.Array]
@@ -40,6 +42,7 @@ class Measure:
   forward_rows: tuple[int, ...]
   backward_rows: tuple[int, ...]
   empty: Callable[[], jax.Array]
+  gradient: Callable[[jax.Array, tuple[int, ...]], jax.Array] | None = None
 
 
 def operand_rows(columns: tuple[str, ...], forward: Callable[[jax.Array, jax.Array], jax.Array],
@@ -52,9 +55,10 @@ def operand_rows(columns: tuple[str, ...], forward: Callable[[jax.Array, jax.Arr
 
 def statistics(recipe: GemmRecipe, candidate: BackendQuantizer) -> Measure:
   """The per-GEMM statistics (MaxText.nvfp4.stats: the operands as the recipe quantizes them; nearest rounding
-  stands in for dY's stochastic rounding)."""
-  return operand_rows(STAT_NAMES, lambda x, w: forward_operand_stats(x, w, recipe),
-                      lambda dy: backward_operand_stats(dy, recipe))
+  stands in for dY's stochastic rounding), and the shares of the weight gradient that are exactly zero."""
+  operands = operand_rows(STAT_NAMES, lambda x, w: forward_operand_stats(x, w, recipe),
+                          lambda dy: backward_operand_stats(dy, recipe))
+  return dataclasses.replace(operands, gradient=lambda dw, contracting: weight_gradient_stats(dw, contracting)[None])
 
 
 def auditing(recipe: GemmRecipe, candidate: BackendQuantizer) -> Measure:

@@ -95,6 +95,12 @@ class Settings:
     """The taps this run measures with (interval > 0), in registry order."""
     return tuple(tap for tap in TAPS if self.interval(tap.key))
 
+  @property
+  def bf16_mlp_taps(self) -> tuple[Tap, ...]:
+    """The taps on that measure the BF16 MLP GEMMs' weight gradients too (Tap.gradient): with
+    nvfp4_mlp_precision=bf16 (dense MLP GEMMs and routed experts unquantized), the baseline's figures; else none."""
+    return tuple(tap for tap in self.taps_on if tap.gradient) if self.mlp is Precision.BF16 else ()
+
   def every(self, interval: int, step: Any) -> Any:
     """The rule of every periodic measurement: every `interval`-th step (0 included), before nvfp4_bf16_from_step
     (from that step on every GEMM runs in BF16 and quantizes nothing, the switch step itself included). `step` is a

@@ -23,10 +23,14 @@ import re
 from collections.abc import Callable
 from typing import Any, Protocol
 
-__all__ = ["AUDIT", "CALIBRATION", "ENTRY_POINT_GROUP", "STATISTICS", "TAPS", "ExpertReduction", "Schedule", "Tap"]
+__all__ = ["AUDIT", "CALIBRATION", "ENTRY_POINT_GROUP", "GRADIENT_ROW", "STATISTICS", "TAPS", "ExpertReduction",
+           "Schedule", "Tap"]
 
 #: The entry-point group other distributions declare their taps under (module docstring).
 ENTRY_POINT_GROUP = "maxtext_nvfp4.taps"
+#: The row name of a tap's weight-gradient figures in metric names (`Tap.gradient`): `.../mlp/wo/wgrad/zero`, beside
+#: the operand rows (fprop_x, ..., wgrad_dy), which describe the wgrad GEMM's inputs where this describes its output.
+GRADIENT_ROW = "wgrad"
 #: Where the built-in taps' measurements live (jax code, imported only when a GEMM measures).
 _MEASURES = "MaxText.precision.measures"
 
@@ -60,6 +64,10 @@ class Tap:
   measure: (recipe, the backend's candidate quantizer) -> Measure (MaxText.precision.measures), rows in
     GEMM_OPERANDS order; or its "module:function" name, imported when a GEMM first measures (the built-in taps: so
     that this registry loads without jax).
+  gradient: what it also measures of the GEMM's weight gradient dW (the Measure's `gradient`), one row named
+    GRADIENT_ROW kept in a second variable (`gradient_variable`). Why apart from the operand rows: dW is not
+    quantized, so a BF16 GEMM has it too; with nvfp4_mlp_precision=bf16 the MLP GEMMs (dense and routed experts)
+    report these columns alone, the baseline's figures beside an NVFP4 run's. () for none.
   """
 
   name: str
@@ -70,6 +78,7 @@ class Tap:
   experts: ExpertReduction
   measure: Callable[[Any, Any], Any] | str
   worst: tuple[str, ...] = ()
+  gradient: tuple[str, ...] = ()
 
   def measure_of(self, recipe: Any, candidate: Any) -> Any:
     """Its Measure for a GEMM of `recipe` whose backend quantizes with `candidate` (`measure`, imported if named)."""
@@ -88,6 +97,16 @@ class Tap:
   def variable(self) -> str:
     """The variable each NVFP4 GEMM module keeps its latest measurement in (operands x columns)."""
     return f"nvfp4_{self.name}"
+
+  @property
+  def gradient_variable(self) -> str:
+    """The variable a GEMM module keeps its latest weight-gradient row in (1 x gradient columns), when `gradient`."""
+    return f"{self.variable}_{GRADIENT_ROW}"
+
+  @property
+  def variables(self) -> tuple[str, ...]:
+    """Every variable a GEMM module may hold for this tap."""
+    return (self.variable, self.gradient_variable) if self.gradient else (self.variable,)
 
   def metric(self, layer: int, gemm: str, operand: str, column: str) -> str:
     """The metric name of one cell: `<prefix>layer_03/mlp/wo/wgrad_dy/<column>`."""
@@ -114,10 +133,13 @@ class Tap:
 STATISTICS = Tap(
     name="stats", what="the statistics", prefix="nvfp4/", experts=ExpertReduction.MEAN,
     columns=("amax", "underflow", "rel_error", "subnormal_scales"),  # MaxText.nvfp4.stats.STAT_NAMES (taps_test)
+    gradient=("zero", "zero_channels"),  # MaxText.nvfp4.stats.WGRAD_STAT_NAMES (taps_test)
     worst=("underflow", "rel_error"), measure=f"{_MEASURES}:statistics",
     description="Every N training steps (step 0 included), each NVFP4 GEMM reports amax, underflow, relative error"
-    " and subnormal block scales of every operand it quantizes as maxtext metrics named nvfp4/layer_XX/...;"
-    " 0: off (the program is the one without statistics). Losses are the same either way.")
+    " and subnormal block scales of every operand it quantizes, and the shares of its weight gradient's entries and"
+    " output channels that are exactly zero, as maxtext metrics named nvfp4/layer_XX/...; with"
+    " nvfp4_mlp_precision=bf16 the BF16 MLP GEMMs report the weight-gradient shares. 0: off (the program is the one"
+    " without statistics). Losses are the same either way.")
 
 AUDIT = Tap(
     name="audit", what="the audit", prefix="nvfp4/audit/", experts=ExpertReduction.SUM,
@@ -152,11 +174,16 @@ def _installed() -> tuple[Tap, ...]:
 
 
 def _checked(taps: tuple[Tap, ...]) -> tuple[Tap, ...]:
-  """Refuses two taps with one name (one key, one variable) or one prefix (telemetry could not tell them apart)."""
+  """Refuses two taps with one name (one key, one variable) or one prefix (telemetry could not tell them apart), or
+  one variable name (a tap's weight-gradient variable is another's)."""
   for field in ("name", "prefix"):
     values = [getattr(t, field) for t in taps]
     if (twice := sorted({v for v in values if values.count(v) > 1})):
       raise ValueError(f"two taps declare {field}={twice[0]!r}; each tap needs its own {field}")
+  variables = [v for t in taps for v in t.variables]
+  if (twice := sorted({v for v in variables if variables.count(v) > 1})):
+    raise ValueError(f"two taps keep a variable named {twice[0]!r} (a name, or a name's weight-gradient variable "
+                     "name_wgrad); rename one")
   return taps
 
 

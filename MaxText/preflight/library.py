@@ -19,7 +19,7 @@ from typing import Any, NoReturn
 
 from MaxText.backends import environment, table
 from MaxText.integration import cli, loading
-from MaxText.integration.settings import settings_of
+from MaxText.integration.settings import backend_of, settings_of
 from MaxText.preflight import PROG, deviceless, programs, report
 from MaxText.preflight.targets import TARGETS
 
@@ -91,7 +91,7 @@ def mem_fraction() -> float:
 
 def te_nvfp4(config: Any) -> bool:
   """Whether the run's NVFP4 GEMMs (MLP, attention projections or both) run on TransformerEngine (nvfp4_backend
-  resolved for the environment being answered: call it inside `environment.answering(target_environment(...))`)."""
+  resolved for the environment being answered, MaxText.integration.settings.backend_of: call it inside
+  `environment.answering(target_environment(...))`)."""
   settings = settings_of(config)
-  return (settings.nvfp4 and settings.nvfp4_gemms
-          and table.implementation(table.resolve_backend(settings.backend, environment.current())).te_kernels)
+  return settings.nvfp4 and settings.nvfp4_gemms and table.implementation(backend_of(config)).te_kernels

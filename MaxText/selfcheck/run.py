@@ -12,10 +12,11 @@ import jax
 import jax.numpy as jnp
 
 from MaxText.backends import environment, table
-from MaxText.integration.settings import settings_of
+from MaxText.integration.settings import backend_of, settings_of
 from MaxText.integration.shapes import gemm_dims
 from MaxText.nvfp4.gemm import MATMUL_DIMS, GemmRecipe, nvfp4_dot_general
 from MaxText.nvfp4.operands import gemm_operands
+from MaxText.precision.modes import Backend
 from MaxText.preflight import kernels as kernels_lib
 from MaxText.preflight import library
 from MaxText.preflight.classify import Math
@@ -99,7 +100,7 @@ def _speed_gemms(candidate: Candidate, recipe: GemmRecipe, te_imports: bool) -> 
   return gemms
 
 
-def _candidate(settings: Any, env: environment.Environment, te_runs: bool, fault: Fault | None,
+def _candidate(settings: Any, backend: Backend, te_runs: bool, fault: Fault | None,
                variant: str | None = None) -> Candidate:
   """What this node checks: a fault goes into the emulator, a benign variant replaces it (candidates.VARIANTS); a run
   on the fused backend checks the fused backend (its GEMM is TE's where TE runs NVFP4); otherwise TE's quantizers and
@@ -108,9 +109,9 @@ def _candidate(settings: Any, env: environment.Environment, te_runs: bool, fault
     return Emulator(fault)
   if variant is not None:
     return OrderVariant()
-  block_gemm = table.implementation(table.resolve_backend(settings.backend, env)).block_gemm
+  block_gemm = table.implementation(backend).block_gemm
   if block_gemm is not None:
-    return Fused(*block_gemm())  # env is environment.current(), which the block GEMM's choice reads
+    return Fused(*block_gemm())  # backend resolved against environment.current(), which the block GEMM's choice reads
   return TransformerEngine(settings.recipe) if te_runs else Emulator()
 
 
@@ -126,7 +127,7 @@ def on_this_node(config_path: str, overrides: Sequence[str], fault: Fault | None
   reason = environment.te_unavailable_reason(env)
   devices = jax.devices()
   te_runs = reason is None and fault is None and variant is None
-  candidate = _candidate(settings, env, te_runs, fault, variant)
+  candidate = _candidate(settings, backend_of(config, env), te_runs, fault, variant)
   facts = [f"{PROG}: {config_path} {' '.join(overrides)}".rstrip(),
            f"  devices: {len(devices)} x {devices[0].device_kind} ({devices[0].platform})",
            f"  candidate: {candidate.name}" + ("" if te_runs else f" (TransformerEngine's NVFP4 not checked here: "
@@ -162,8 +163,7 @@ def compile_only(config_path: str, overrides: Sequence[str], target: str, device
   with environment.answering(library.target_environment(target, devices)):
     config = library.load_config(config_path, overrides, devices)
     shapes, settings = shapes_of(config)
-    backend = table.resolve_backend(settings.backend, environment.current())
-    parts = table.implementation(backend)
+    parts = table.implementation(backend_of(config))
     if not parts.te_kernels and parts.block_gemm is None:
       _fail(f"{config_path}: the run uses neither the TE nor the fused backend on {target} (nvfp4_backend="
             f"{settings.backend.value}); --compile-only compiles their programs (nvfp4_backend=te or fused)")

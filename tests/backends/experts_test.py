@@ -10,11 +10,22 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from MaxText.backends.experts import EXPERT_DIMS, TE_MISSING
+from MaxText.backends.experts import (
+  EXPERT_DIMS,
+  EXPERT_GEMMS,
+  JAX_RAGGED_DOT,
+  TE_MISSING,
+  ExpertCall,
+  expert_call,
+  measured_einsum,
+)
+from MaxText.backends.pipeline import Stages
 from MaxText.backends.table import expert_gemms, expert_plan
 from MaxText.nvfp4.gemm import GemmRecipe
+from MaxText.nvfp4.stats import WGRAD_STAT_NAMES, weight_gradient_stats
 from MaxText.precision.modes import Backend
 from MaxText.precision.policy import Precision
+from MaxText.precision.taps import STATISTICS
 
 _KEY = jax.random.key(3)
 _SIZES = jnp.array([20, 0, 40], jnp.int32)  # an expert with no tokens, and 4 padding rows of 64
@@ -60,3 +71,61 @@ def test_fused_experts_equal_the_emulated_experts_bit_for_bit():
                                            (Backend.EMULATED, "grouped emulation"), (Backend.TE, TE_MISSING)])
 def test_the_plan_names_each_backends_expert_gemms(backend, words):
   assert words in expert_plan(Precision.NVFP4, backend)[1]
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+def test_bf16_experts_measured_keep_maxtexts_gemm_and_report_each_expert_s_zero_shares(transposed):
+  """BF16 experts whose weight gradients the statistics measure (nvfp4_mlp_precision=bf16): maxtext's own
+  ragged_dot on the stack ExpertCall.measured_weight hands back, its outputs and gradients bit for bit, and per
+  expert the shares of its dW that are zero; the expert with no token: every entry and every channel (1, 1); dY's
+  zero output channels 0-7: those 8 of the 64 channels of every other expert."""
+  x, w, dy = _operands()
+  dy = dy.at[:, :8].set(0)
+  measure = STATISTICS.measure_of(GemmRecipe(), None)
+  state = Stages(all_bf16=None, forward_bf16=None, guard=False, taps=(), gradients=((measure.gradient, jnp.bool_(True)),))
+  sink = jnp.full((len(EXPERT_GEMMS), 3, 1, len(WGRAD_STAT_NAMES)), 7.0, jnp.float32)
+  orient = (lambda a: jnp.swapaxes(a, 1, 2)) if transposed else (lambda a: a)
+
+  def measured(x, w, sink):
+    call = ExpertCall(None, GemmRecipe(), None, state, (sink,))
+    call.gemms_run = 1  # wi_0 went before: this GEMM is wi_1, the layer's second slot
+    return JAX_RAGGED_DOT(x, orient(call.measured_weight(orient(w), transposed=transposed)), _SIZES,
+                          preferred_element_type=jnp.float32)
+
+  y, pullback = jax.vjp(measured, x, w, sink)
+  dx, dw, rows = pullback(dy.astype(jnp.float32))
+  plain_y, plain = jax.vjp(lambda x, w: JAX_RAGGED_DOT(x, w, _SIZES, preferred_element_type=jnp.float32), x, w)
+  for got, want in ((y, plain_y), (dx, plain(dy.astype(jnp.float32))[0]), (dw, plain(dy.astype(jnp.float32))[1])):
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+  rows = np.asarray(rows)
+  np.testing.assert_array_equal(rows[[0, 2]], 0.0)  # the slots of GEMMs this call did not run: no cotangent
+  for e in range(3):
+    np.testing.assert_array_equal(rows[1, e, 0], np.asarray(weight_gradient_stats(dw[e])))
+  np.testing.assert_array_equal(rows[1, 1, 0], [1.0, 1.0])
+  assert rows[1, 0, 0, 1] == 0.125 and rows[1, 2, 0, 1] == 0.125
+
+
+def test_bf16_expert_einsum_measured_is_maxtexts_einsum():
+  """sparse_matmul=false with measured BF16 experts: quant.einsum's expert einsum is jnp.einsum on the measured stack
+  (its value and gradients bit for bit), the routing einsums jnp.einsum itself; each expert's row its dW's shares."""
+  x = jax.random.normal(jax.random.key(1), (2, 16, 32), jnp.float32)
+  w = jax.random.normal(jax.random.key(2), (3, 32, 48), jnp.float32)
+  measure = STATISTICS.measure_of(GemmRecipe(), None)
+  state = Stages(all_bf16=None, forward_bf16=None, guard=False, taps=(), gradients=((measure.gradient, jnp.bool_(True)),))
+  assert measured_einsum(("activation_batch", None, None)) is jnp.einsum
+  einsum = measured_einsum(("exp", "embed_moe", "mlp_moe"))
+
+  def measured(x, w, sink):
+    with expert_call(ExpertCall(None, GemmRecipe(), None, state, (sink,))):
+      return einsum("BSM,EMH -> BSEH", x, w, precision=None)
+
+  sink = jnp.zeros((len(EXPERT_GEMMS), 3, 1, len(WGRAD_STAT_NAMES)), jnp.float32)
+  y, pullback = jax.vjp(measured, x, w, sink)
+  dy = jax.random.normal(jax.random.key(3), y.shape, jnp.float32).at[:, :, 2].set(0)  # expert 2: no gradient
+  dx, dw, rows = pullback(dy)
+  plain_y, plain = jax.vjp(lambda x, w: jnp.einsum("BSM,EMH -> BSEH", x, w), x, w)
+  for got, want in ((y, plain_y), (dx, plain(dy)[0]), (dw, plain(dy)[1])):
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+  rows = np.asarray(rows)[0, :, 0]
+  np.testing.assert_array_equal(rows, np.stack([np.asarray(weight_gradient_stats(dw[e])) for e in range(3)]))
+  np.testing.assert_array_equal(rows[2], [1.0, 1.0])

@@ -29,7 +29,7 @@ def gemm_program(module: Any, x: jax.Array, w: jax.Array, dims: Any, *, with_ste
 
   def run(variables, step, x, w, dy, sink_value=None):
     def apply(x, w, sink_value):
-      values = variables if sink_value is None else {**variables, sink[0]: {sink[1]: sink_value}}
+      values = variables if sink_value is None else {**variables, sink[0]: {**variables[sink[0]], sink[1]: sink_value}}
       with flags.step_scope(step) if with_step else contextlib.nullcontext():
         return module.apply(values, x, w, dims, rngs=rngs, mutable=["aqt"])[0]
 

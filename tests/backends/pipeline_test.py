@@ -13,12 +13,13 @@ import numpy as np
 import pytest
 
 from MaxText.backends import flags, stages
-from MaxText.backends.emulated import Nvfp4DotGeneral
+from MaxText.backends.emulated import MeasuredDotGeneral, Nvfp4DotGeneral
 from MaxText.backends.pipeline import OVERWRITE_COLLECTION as STATS_COLLECTION
 from MaxText.nvfp4 import audit
 from MaxText.nvfp4.gemm import GemmRecipe, as_matrices, nvfp4_dot_general
 from MaxText.nvfp4.operands import GEMM_OPERANDS
-from MaxText.nvfp4.stats import STAT_NAMES
+from MaxText.nvfp4.stats import STAT_NAMES, WGRAD_STAT_NAMES, weight_gradient_stats
+from MaxText.precision.policy import Precision
 from MaxText.precision.taps import AUDIT, STATISTICS
 from MaxText.selfcheck.candidates import FAULTS, Emulator
 from tests.backends.helpers import gemm_program
@@ -134,3 +135,37 @@ def test_the_audit_of_the_emulated_backend_finds_nothing_and_a_faulty_quantizer_
   row = GEMM_OPERANDS.index(fault.operand)
   assert faulty[row, audit.COLUMNS.index("codes")] > 0 and faulty[row, audit.COLUMNS.index("scales")] == 0
   assert not np.delete(faulty, row, axis=0).any()  # only the faulty operand's row
+
+
+def _dy_with_zero_channels() -> jax.Array:
+  """dY whose output channels 0-7 are zero: the weight gradient's columns 0-7 are zero in NVFP4 and in BF16 alike."""
+  return _operands()[2].at[..., :8].set(0)
+
+
+@pytest.mark.parametrize("bf16", [False, True], ids=["nvfp4", "bf16_mlp"])
+def test_statistics_step_reports_the_shares_of_the_weight_gradient_that_are_zero(bf16):
+  """The weight-gradient row (Tap.gradient, its own variable): the shares of the GEMM's own dW (the one the run
+  returns) that are exactly zero, entries and output channels. For an NVFP4 GEMM and for a BF16 MLP GEMM of a run
+  with nvfp4_mlp_precision=bf16 (MeasuredDotGeneral), whose outputs and gradients are lax.dot_general's, bit for
+  bit; other steps keep the previous row."""
+  x, w, _ = _operands()
+  dy = _dy_with_zero_channels()
+  if bf16:
+    module = MeasuredDotGeneral(settings=settings(mlp=Precision.BF16, stats_interval=2))
+    dy = dy.astype(jnp.float32)  # lax.dot_general of bf16 x and float32 W is float32
+  else:
+    module = Nvfp4DotGeneral(settings=settings(stats_interval=2))
+  variables, run = gemm_program(module, x, w, _DIMS, sink=(STATS_COLLECTION, STATISTICS.gradient_variable))
+  previous = jnp.full_like(variables[STATS_COLLECTION][STATISTICS.gradient_variable], 7.0)
+  assert previous.shape == (1, len(WGRAD_STAT_NAMES))
+  y, (dx, dw, row) = run(variables, jnp.int32(4), x, w, dy, previous)
+  want = np.asarray(weight_gradient_stats(dw))[None]
+  np.testing.assert_array_equal(np.asarray(row), want)
+  assert want[0, 1] >= 8 / 48 and want[0, 0] >= 8 / 48
+  if bf16:
+    plain_y, vjp = jax.vjp(lambda a, b: jax.lax.dot_general(a, b, _DIMS), x, w)
+    for got, expected in ((y, plain_y), (dx, vjp(dy)[0]), (dw, vjp(dy)[1])):
+      np.testing.assert_array_equal(np.asarray(got), np.asarray(expected))
+    np.testing.assert_array_equal(want, np.full((1, 2), 8 / 48, np.float32))  # Gaussian products: no other zero
+  _, (_, _, kept) = run(variables, jnp.int32(3), x, w, dy, previous)
+  np.testing.assert_array_equal(np.asarray(kept), 7.0)

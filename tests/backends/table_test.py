@@ -89,7 +89,7 @@ def test_a_fourth_backend_is_one_entry_and_everything_asks_the_table(monkeypatch
   assert table.resolve_backend(toy, environment.current()) == toy
   quant = Nvfp4Quantization(settings=ours, backend=toy)
   assert quant.get_block_size() == 16 and quant.dot_general_cls(("embed", "mlp")) is _ToyGemm
-  candidate = run._candidate(ours, environment.current(), te_runs=False, fault=None)  # pylint: disable=protected-access
+  candidate = run._candidate(ours, toy, te_runs=False, fault=None)  # pylint: disable=protected-access
   assert isinstance(candidate, Fused) and candidate.gemm_name == "toy block GEMM"
 
 

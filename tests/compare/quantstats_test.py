@@ -62,6 +62,21 @@ def test_where_nvfp4_loses_most_names_the_layer_and_the_key_to_try(tmp_path):
   assert read_report(paths["report.json"]).quant_stats[0].worst_layer == 2
 
 
+def test_a_baseline_with_weight_gradient_shares_alone_gets_no_ranking_and_no_heatmap(tmp_path):
+  """A BF16 baseline with nvfp4_stats_interval reports only its weight gradients' zero shares (`.../wgrad/zero`):
+  read back as statistics, but nothing quantized to rank or draw; the NVFP4 run's report is unchanged."""
+  runs = _runs(tmp_path)
+  records = [maxtext_record(s, 5.0 - 0.01 * s, run_name="bf16") for s in range(12)]
+  for s in (0, 5, 10):
+    records[s].update({f"nvfp4/layer_{i:02d}/mlp/wo/wgrad/{c}": 0.0 for i in range(4) for c in ("zero", "zero_channels")})
+  runs[0] = read_jsonl(write_lines(tmp_path / "bf16" / "metrics.jsonl", records))
+  assert sorted(runs[0].quant_stats) == [0, 5, 10] and quantstats.summarize(runs[0]) is None
+  report = build_report(runs, "bf16", ComparisonSettings())
+  assert [q.run for q in report.quant_stats] == ["nvfp4"]
+  paths = write_report(runs, report, tmp_path / "out")
+  assert "stats_nvfp4.png" in paths and not (tmp_path / "out" / "stats_bf16.png").exists()
+
+
 def test_no_layer_is_recommended_when_none_stands_out(tmp_path):
   """Layers whose mean relative errors differ by less than their own spread (layer 3 0.4% above the median, as the
   quickstart's layer 0 was): the report says no layer stands out and recommends no key."""

@@ -23,6 +23,7 @@ from MaxText.integration.checks import experts_error
 from MaxText.integration.plan import PlanEntry, PlanError, check
 from MaxText.integration.quant import Nvfp4Quantization
 from MaxText.integration.settings import settings_of
+from MaxText.nvfp4.stats import WGRAD_STAT_NAMES
 from MaxText.precision.modes import Backend
 from MaxText.precision.policy import Precision
 from tests.helpers import MIXTRAL, plugin_defaults, read_losses, settings, train_cli
@@ -62,12 +63,19 @@ _RUNS = {
     # Per-expert quantization statistics every 2 steps: the losses stay mixtral_sparse's.
     "mixtral_stats": [*MIXTRAL, "sparse_matmul=true", "megablox=false", "nvfp4_stats_interval=2",
                       "learning_rate_schedule_steps=20"],
+    # The baselines with statistics every 2 steps: their BF16 MLP GEMMs report the weight gradients' zero shares
+    # (jax's ragged_dot; and megablox's gmm, the shared expert and the dense layer), the losses unchanged.
+    "mixtral_bf16_stats": [*MIXTRAL, "megablox=false", "nvfp4_mlp_precision=bf16", "nvfp4_stats_interval=2",
+                           "learning_rate_schedule_steps=20"],
+    "deepseek_bf16_stats": [*DEEPSEEK, "nvfp4_mlp_precision=bf16", "nvfp4_stats_interval=2",
+                            "learning_rate_schedule_steps=20"],
     # FSDP over 4 simulated devices, the same global batch (4 x 1 x 64 tokens) as the 1-device runs.
     "mixtral_sparse_fsdp4": [*MIXTRAL, "sparse_matmul=true", "megablox=false", "ici_fsdp_parallelism=4",
                              "per_device_batch_size=1", "learning_rate_schedule_steps=20"],
 }
 #: Runs that need fewer than STEPS steps.
-_SHORT = {"mixtral_late": 2, "mixtral_last_bf16": 1, "mixtral_sparse_fsdp4": 3, "mixtral_stats": 3, "mixtral_fused": 3}
+_SHORT = {"mixtral_late": 2, "mixtral_last_bf16": 1, "mixtral_sparse_fsdp4": 3, "mixtral_stats": 3, "mixtral_fused": 3,
+          "mixtral_bf16_stats": 3, "deepseek_bf16_stats": 3}
 _ENV = {"mixtral_sparse_fsdp4": {"XLA_FLAGS": "--xla_force_host_platform_device_count=4"}}
 #: 4 devices vs 1: the sparse path runs inside maxtext's shard_map, so each device quantizes its own tokens (an
 #: expert's activation amax is per device, as on every rank of a multi-GPU run). Measured gap: 2e-4 (step 0),
@@ -176,18 +184,50 @@ def test_late_bf16_switch_and_bf16_layers_reach_the_experts(runs):
 @pytest.mark.slow
 def test_expert_statistics_per_stack_leave_the_losses_unchanged(runs):
   """nvfp4_stats_interval=2: each layer's expert GEMMs (wi_0, wi_1, wo) report every operand's statistics over the
-  experts (mean, amax's max, and the worst expert's underflow and rel_error) at steps 0 and 2; losses unchanged."""
+  experts (mean, amax's max, and the worst expert's underflow and rel_error) and the mean shares of their weight
+  gradients that are zero at steps 0 and 2; losses unchanged."""
   rows = [json.loads(line) for line in (runs["mixtral_stats"] / "metrics.jsonl").read_text().splitlines()]
   plain = read_losses(runs["mixtral_sparse"] / "metrics.jsonl")
   assert [r["learning/loss"] for r in rows] == plain[:3]
   counts = [sum(k.startswith("nvfp4/") for k in r) for r in rows]
-  assert counts == [2 * 3 * 5 * 6, 0, 2 * 3 * 5 * 6], counts
+  assert counts == [2 * 3 * (5 * 6 + 2), 0, 2 * 3 * (5 * 6 + 2)], counts
+  assert all(0 <= rows[0][f"nvfp4/layer_01/MoeBlock_0/experts/wo/wgrad/{s}"] <= 1 for s in WGRAD_STAT_NAMES)
   first = rows[0]
   for layer in (0, 1):
     for gemm in ("wi_0", "wi_1", "wo"):
       base = f"nvfp4/layer_{layer:02d}/MoeBlock_0/experts/{gemm}/dgrad_dy"
       assert 0 < first[f"{base}/rel_error"] <= first[f"{base}/rel_error_worst"] < 0.5, (base, first)
       assert 0 <= first[f"{base}/underflow"] <= first[f"{base}/underflow_worst"] <= 1, base
+
+
+def _bf16_zero_shares(runs: _Runs, name: str, baseline: str, modules: tuple[str, ...]) -> None:
+  """The statistics of a baseline run (nvfp4_mlp_precision=bf16, every 2 steps, 3 steps): each of its BF16 MLP
+  GEMMs' weight-gradient zero shares and nothing else at steps 0 and 2, in [0, 1]; its losses the baseline's."""
+  rows = [json.loads(line) for line in (runs[name] / "metrics.jsonl").read_text().splitlines()]
+  rows = [r for r in rows if "learning/loss" in r]
+  assert [r["learning/loss"] for r in rows] == read_losses(runs[baseline] / "metrics.jsonl")[:3]
+  want = {f"nvfp4/{m}/{g}/wgrad/{s}" for m in modules for g in ("wi_0", "wi_1", "wo") for s in WGRAD_STAT_NAMES}
+  for step, row in enumerate(rows):
+    stats = {k: v for k, v in row.items() if k.startswith("nvfp4/")}
+    assert set(stats) == (want if step % 2 == 0 else set()), (step, sorted(stats))
+    assert all(0 <= v <= 1 for v in stats.values()), stats
+
+
+@pytest.mark.slow
+def test_bf16_experts_report_their_weight_gradient_zero_shares(runs):
+  """Mixtral's BF16 experts (jax's ragged_dot, as maxtext calls it) report the mean over experts of their weight
+  gradients' zero shares; the losses equal mixtral_bf16's bit for bit."""
+  _bf16_zero_shares(runs, "mixtral_bf16_stats", "mixtral_bf16",
+                    tuple(f"layer_{i:02d}/MoeBlock_0/experts" for i in (0, 1)))
+
+
+@pytest.mark.slow
+def test_bf16_megablox_experts_shared_expert_and_dense_layer_report_their_zero_shares(runs):
+  """DeepSeek's BF16 MLP GEMMs: the dense layer's and the shared expert's (lax.dot_general) and the routed experts'
+  (megablox's gmm); the losses equal deepseek_bf16's bit for bit."""
+  _bf16_zero_shares(runs, "deepseek_bf16_stats", "deepseek_bf16",
+                    ("layer_00/mlp", "layer_01/DeepSeekMoeBlock_0/shared_experts",
+                     "layer_01/DeepSeekMoeBlock_0/MoeBlock_0/experts"))
 
 
 @pytest.mark.slow

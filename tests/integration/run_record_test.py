@@ -37,7 +37,8 @@ def test_record_and_change_detection(tmp_path, caplog) -> None:
   change = run_record.note_resume(_config(tmp_path, nvfp4_bf16_from_step=8, nvfp4_stats_interval=5,
                                           nvfp4_bf16_layers=[1]))
   assert set(change["changed"]) == {"nvfp4_stats_interval", "nvfp4_bf16_layers"}
-  assert "tap variables (nvfp4_stats) start at zero until the next step of the statistics" in change["reinitialized"]
+  assert ("tap variables (nvfp4_stats, nvfp4_stats_wgrad) start at zero until the next step of the statistics"
+          in change["reinitialized"])
   assert run_record.note_resume(_config(tmp_path, nvfp4_bf16_from_step=8, nvfp4_stats_interval=5,
                                         nvfp4_bf16_layers=[1])) is None
 

@@ -200,6 +200,8 @@ def test_a_tap_declared_outside_the_package_reaches_metrics_record_checks_and_pr
 def test_the_declared_columns_are_the_numerics_own():
   """The registry declares its built-in taps without importing the numerics (jax); their columns are the numerics'."""
   from MaxText.nvfp4 import audit  # pylint: disable=import-outside-toplevel
-  from MaxText.nvfp4.stats import STAT_NAMES  # pylint: disable=import-outside-toplevel
+  from MaxText.nvfp4.stats import STAT_NAMES, WGRAD_STAT_NAMES  # pylint: disable=import-outside-toplevel
 
   assert (taps.STATISTICS.columns, taps.AUDIT.columns) == (STAT_NAMES, audit.COLUMNS)
+  assert taps.STATISTICS.gradient == WGRAD_STAT_NAMES and not taps.AUDIT.gradient
+  assert taps.STATISTICS.variables == ("nvfp4_stats", "nvfp4_stats_wgrad")

@@ -13,7 +13,7 @@ import pytest
 
 from MaxText.integration import telemetry
 from MaxText.nvfp4.operands import GEMM_OPERANDS
-from MaxText.nvfp4.stats import STAT_NAMES
+from MaxText.nvfp4.stats import STAT_NAMES, WGRAD_STAT_NAMES
 from MaxText.precision.switches import Switches
 from MaxText.precision.taps import STATISTICS
 from tests.helpers import TINY_YML, load_config, read_losses, settings, train_cli
@@ -81,6 +81,26 @@ def test_expert_stacks_report_the_largest_of_their_experts_calibration_amax():
   assert len(metrics) == 3 * len(GEMM_OPERANDS)
 
 
+def test_weight_gradient_rows_are_named_wgrad_beside_the_operands():
+  """A tap's weight-gradient variable (nvfp4_stats_wgrad, one row): `.../<gemm>/wgrad/zero` and `zero_channels`,
+  per layer under scan; an expert stack's the mean over its experts (no worst: not a `worst` column)."""
+  dense = jnp.asarray([[[0.5, 0.25]], [[0.0, 0.0]], [[1.0, 0.5]]], jnp.float32)  # 3 layers x 1 row x 2
+  experts = np.zeros((3, 3, 2, 1, 2), np.float32)  # layers, expert GEMMs, experts, row, columns
+  experts[1, 2, :, 0, :] = ((0.25, 0.0), (1.0, 1.0))  # layer 1, wo: the second expert received no token
+  state = {"model": {"decoder": {"layers": {
+      "mlp": {"wo": {"MeasuredDotGeneral_0": {"nvfp4_stats_wgrad": dense}}},
+      "MoeBlock_0": {"nvfp4_experts": {"nvfp4_stats_wgrad": jnp.asarray(experts)}}}}}}
+  metrics = {k: float(v) for k, v in telemetry.stats_metrics(
+      state, settings(switches=Switches(num_layers=3), stats_interval=1)).items()}
+  assert len(metrics) == 3 * 2 + 3 * 3 * 2
+  assert (metrics["nvfp4/layer_02/mlp/wo/wgrad/zero"], metrics["nvfp4/layer_02/mlp/wo/wgrad/zero_channels"]) == (1, 0.5)
+  assert metrics["nvfp4/layer_00/mlp/wo/wgrad/zero"] == 0.5
+  assert metrics["nvfp4/layer_01/MoeBlock_0/experts/wo/wgrad/zero"] == 0.625
+  assert metrics["nvfp4/layer_01/MoeBlock_0/experts/wo/wgrad/zero_channels"] == 0.5
+  assert STATISTICS.parse("nvfp4/layer_01/MoeBlock_0/experts/wo/wgrad/zero") == (1, "MoeBlock_0/experts/wo", "wgrad",
+                                                                                  "zero")
+
+
 def test_statistics_steps():
   """Every interval-th step, up to but not including nvfp4_bf16_from_step: from that step on every GEMM runs in BF16
   and quantizes nothing, the switch step itself included."""
@@ -96,8 +116,8 @@ def test_statistics_steps():
         (["quantization=te_nvfp4", "nvfp4_stats_interval=-1"], "nvfp4_stats_interval=-1 is negative"),
         (["quantization=fp8", "nvfp4_stats_interval=2"],
          "nvfp4_stats_interval=2 with quantization='fp8': it measures NVFP4 GEMMs (the statistics)"),
-        (["quantization=te_nvfp4", "nvfp4_mlp_precision=bf16", "nvfp4_stats_interval=2"],
-         "nvfp4_stats_interval=2 with nvfp4_mlp_precision=bf16 and nvfp4_attention_precision=bf16: no GEMM is NVFP4"),
+        (["quantization=te_nvfp4", "nvfp4_mlp_precision=bf16", "nvfp4_audit_interval=2"],
+         "nvfp4_audit_interval=2 with nvfp4_mlp_precision=bf16 and nvfp4_attention_precision=bf16: no GEMM is NVFP4"),
         (["quantization=te_nvfp4", "gradient_accumulation_steps=2", "nvfp4_stats_interval=2"],
          "nvfp4_stats_interval=2 with gradient_accumulation_steps=2"),
     ],
@@ -112,8 +132,11 @@ def test_bad_statistics_settings_fail_at_load(overrides, expected):
 def test_statistics_through_the_trainer_leave_the_losses_unchanged(tmp_path: pathlib.Path, jax_cache_dir) -> None:
   """3 layers, the MLP and attention projections in NVFP4, statistics and the audit every 2 steps, 5 steps, every
   GEMM in BF16 from step 4: steps 0 and 2 carry 3 layers x 7 GEMMs (the MLP's 3, the attention projections' 4) x 5
-  operands x 4 statistics, in range, and the audit's counts, all zero; steps 1 and 3 none, nor step 4 (the switch
-  step: nothing is quantized); the losses equal those of the same run without either bit for bit.
+  operands x 4 statistics, and each GEMM's weight-gradient shares (wgrad/zero, wgrad/zero_channels), in range, and
+  the audit's counts, all zero; steps 1 and 3 none, nor step 4 (the switch step: nothing is quantized); the losses
+  equal those of the same run without either bit for bit. With nvfp4_mlp_precision=bf16 (the baseline; attention
+  still NVFP4) the MLP GEMMs report their weight-gradient shares alone, and the losses equal that run's without
+  statistics bit for bit.
 
   Grouped-query attention (4 query heads, 2 key/value heads, as Llama 3 8B's 32 and 8): the key and value GEMMs are
   half the query's width (N = 32), the one shape of the suite's models where they differ; both runs train it in
@@ -124,14 +147,27 @@ def test_statistics_through_the_trainer_leave_the_losses_unchanged(tmp_path: pat
   gemms = [*(f"mlp/{g}" for g in ("wi_0", "wi_1", "wo")),
            *(f"self_attention/{g}" for g in ("query", "key", "value", "out"))]
   losses, rows = {}, {}
-  for name, extra in (("stats", ["nvfp4_stats_interval=2", "nvfp4_audit_interval=2"]), ("plain", [])):
+  for name, extra in (("stats", ["nvfp4_stats_interval=2", "nvfp4_audit_interval=2"]), ("plain", []),
+                      ("bf16_stats", ["nvfp4_mlp_precision=bf16", "nvfp4_stats_interval=2"]),
+                      ("bf16_plain", ["nvfp4_mlp_precision=bf16"])):
     run = train_cli([f"run_name={name}", f"base_output_directory={tmp_path}",
                      f"metrics_file={tmp_path / name}.jsonl", *common, *extra], jax_cache_dir)
     assert run.returncode == 0, run.stderr[-4000:]
     losses[name] = read_losses(tmp_path / f"{name}.jsonl")
     rows[name] = [json.loads(line) for line in (tmp_path / f"{name}.jsonl").read_text().splitlines()]
   assert losses["stats"] == losses["plain"]
-  assert not [k for r in rows["plain"] for k in r if k.startswith("nvfp4/")]
+  assert losses["bf16_stats"] == losses["bf16_plain"] and losses["bf16_plain"] != losses["plain"]
+  assert not [k for r in rows["plain"] + rows["bf16_plain"] for k in r if k.startswith("nvfp4/")]
+  zeros = {f"nvfp4/layer_{i:02d}/{g}/wgrad/{s}" for i in range(3) for g in gemms for s in WGRAD_STAT_NAMES}
+  for row in rows["bf16_stats"]:
+    stats = {k: v for k, v in row.items() if k.startswith("nvfp4/")}
+    if int(row["step"]) not in (0, 2):
+      assert not stats, row["step"]
+      continue
+    attention = {k for k in stats if "/self_attention/" in k}
+    assert set(stats) - attention == {k for k in zeros if "/mlp/" in k}, sorted(stats)
+    assert attention >= {k for k in zeros if "/self_attention/" in k} and len(attention) == 3 * 4 * (5 * 4 + 2)
+    assert all(0 <= stats[k] <= 1 for k in stats if "/wgrad/" in k), stats
   for row in rows["stats"]:
     stats = {k: v for k, v in row.items() if k.startswith("nvfp4/") and not k.startswith("nvfp4/audit/")}
     audited = {k: v for k, v in row.items() if k.startswith("nvfp4/audit/")}
@@ -144,7 +180,7 @@ def test_statistics_through_the_trainer_leave_the_losses_unchanged(tmp_path: pat
     assert not any(audited.values()), audited
     names = {f"nvfp4/layer_{i:02d}/{g}/{o}/{s}" for i in range(3) for g in gemms for o in GEMM_OPERANDS
              for s in STAT_NAMES}
-    assert set(stats) == names
+    assert set(stats) == names | zeros
     for key, value in stats.items():
       stat = key.rsplit("/", 1)[1]
       assert np.isfinite(value), key

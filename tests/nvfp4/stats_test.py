@@ -10,7 +10,7 @@ import pytest
 from hypothesis import strategies as st
 
 from MaxText.nvfp4 import quantization_stats
-from MaxText.nvfp4.stats import STAT_NAMES
+from MaxText.nvfp4.stats import STAT_NAMES, WGRAD_STAT_NAMES, weight_gradient_stats
 from tests.helpers import examples
 from tests.nvfp4 import reference
 
@@ -94,3 +94,33 @@ def test_bad_input_is_refused_like_quantize():
     quantization_stats(np.ones((16, 20), np.float32))
   with pytest.raises(TypeError, match="dtype int32"):
     quantization_stats(np.ones((16, 16), np.int32))
+
+
+# A hand-built weight gradient, K = 4 rows by N = 4 output channels: column 0 holds three zeros (one of them -0.0),
+# column 1 one zero and a NaN (not zero), column 2 is all zero, column 3 has none. 8 of 16 entries, 1 of 4 channels.
+_DW = np.array([[0.0, 1.0, 0.0, 5.0],
+                [-0.0, 2.0, 0.0, 6.0],
+                [3.0, 0.0, 0.0, 7.0],
+                [0.0, np.nan, 0.0, 8.0]], np.float32)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, ml_dtypes.bfloat16])
+def test_weight_gradient_zero_shares_of_a_hand_built_gradient(dtype):
+  got = np.asarray(jax.jit(weight_gradient_stats)(_DW.astype(dtype)))
+  assert got.dtype == np.float32 and got.shape == (len(WGRAD_STAT_NAMES),)
+  np.testing.assert_array_equal(got, [0.5, 0.25])
+
+
+def test_weight_gradient_channels_are_the_axes_not_contracted():
+  """The same gradient as W^T (channels along axis 0) and as a 3-D kernel (K, heads, head_dim), channels over the
+  last two axes: the same shares. Contracting over the channels instead finds no whole-zero row."""
+  transposed = jax.jit(lambda d: weight_gradient_stats(d, (1,)))(_DW.T.copy())
+  np.testing.assert_array_equal(np.asarray(transposed), [0.5, 0.25])
+  kernel = jax.jit(lambda d: weight_gradient_stats(d, (0,)))(_DW.reshape(4, 2, 2))
+  np.testing.assert_array_equal(np.asarray(kernel), [0.5, 0.25])
+  np.testing.assert_array_equal(np.asarray(weight_gradient_stats(_DW, (1,))), [0.5, 0.0])
+
+
+def test_weight_gradient_of_zeros_and_of_no_zero():
+  np.testing.assert_array_equal(np.asarray(weight_gradient_stats(np.zeros((16, 32), np.float32))), [1.0, 1.0])
+  np.testing.assert_array_equal(np.asarray(weight_gradient_stats(np.full((16, 32), 1e-30, np.float32))), [0.0, 0.0])
