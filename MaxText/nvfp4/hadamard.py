@@ -104,15 +104,16 @@ def _transform(x: jax.Array, axis: int, signs: np.ndarray, dtype: jnp.dtype, cap
   y = y.at[run, :, column].set(_exact_sums(gathered[..., None], signs)[..., 0].astype(dtype), mode="drop")
   # More failing runs than the gather holds: the exact path over the whole tensor, in a loop of at most one trip
   # rather than a lax.cond: under jax.vmap (the expert GEMMs, MaxText.nvfp4.grouped) a cond with a mapped predicate
-  # runs both branches for every expert, the loop runs its body only when some expert needs it. The runs travel in
-  # the loop's state, and the body replaces them, so that XLA does not hoist the exact path out of the loop as
-  # loop-invariant code, which would run it every time.
-  def everywhere(state: tuple[jax.Array, jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array, jax.Array]:
+  # runs both branches for every expert, the loop runs its body only when some expert needs it. The body reads the
+  # runs through a select on the loop's predicate, so that XLA cannot hoist the exact path out of the loop as
+  # loop-invariant code (which would run it every time), and without a copy of them in the loop's state.
+  def everywhere(state: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
     with jax.named_scope(EXACT_FALLBACK_SCOPE):
-      return jnp.zeros_like(state[0]), _exact_sums(state[2], signs).astype(dtype), jnp.zeros_like(state[2])
+      live = jnp.where(state[0], runs, arithmetic.anchored(np.zeros((), runs.dtype), runs))
+      return jnp.zeros_like(state[0]), _exact_sums(live, signs).astype(dtype)
 
   overflow = jnp.sum(failing.astype(jnp.int32)) > capacity
-  _, y, _ = jax.lax.while_loop(lambda state: state[0], everywhere, (overflow, y, runs))
+  _, y = jax.lax.while_loop(lambda state: state[0], everywhere, (overflow, y))
   return y.reshape(x.shape)
 
 
