@@ -42,9 +42,12 @@ def _two_sum(a: jax.Array, b: jax.Array) -> tuple[jax.Array, jax.Array]:
   return s, (a - (s - b_part)) + (b - b_part)
 
 
-#: How many failing runs (`_every_order_exact`) the exact path takes in its one gather, as a fraction of a tensor's
-#: runs; past it, the exact path runs over the whole tensor. Normal bf16 data fails on 0.47% of its runs, Laplace
-#: data on 0.95% (2048 x 2048, along either axis).
+#: How many failing runs (`_every_order_exact`) the exact path takes in one gather beside the dot, as a fraction of a
+#: tensor's runs (JAX's shapes are static); past it, the exact path runs over the whole tensor instead of the dot, as
+#: it then costs less than the dot and the gathers. Normal bf16 data fails on 0.47% of its runs, Laplace data on
+#: 0.95% (2048 x 2048, along either axis): the dot. The wgrad operands of configs/bench_mlp.yml's MLP fail on 0.1-0.7%
+#: (its 512-wide ones: the dot) and 4-17% (its 2048-wide ones, the gated activation and its gradient, many values near
+#: zero beside larger ones: the whole tensor).
 CAPACITY_FRACTION = 1 / 32
 
 #: The least capacity, so that a small tensor's failing runs fit (a tensor of fewer runs gathers them all).
@@ -55,8 +58,9 @@ MIN_CAPACITY = 64
 #: takes the exact path throughout.
 _CHECKED_BITS = 10
 
-#: The named scope (metadata only) of the exact path over the whole tensor, which runs only when more runs fail the
-#: check than the gather holds: a reader of the compiled program (the pre-flight's kernel count) can tell it apart.
+#: The named scope (metadata only) of the exact path over the whole tensor, the branch that runs only where more runs
+#: fail the check than the gather holds: a reader of the compiled program (the pre-flight's kernel count, which counts
+#: both branches of a conditional) can tell it apart.
 EXACT_FALLBACK_SCOPE = "nvfp4_rht_exact_fallback"
 
 
@@ -70,7 +74,7 @@ def rht_sums(x: jax.Array, axis: int = -1, signs: np.ndarray = RHT_SIGNS, *, cap
   q and their magnitudes sum to at most 2**24 q, every partial sum of every order is a multiple of q below 2**24 q,
   a float32: every order's sum is the exact sum. `_every_order_exact` checks that for each run, and there a float32
   dot (`_dot_sums`) is the value. The runs that fail it take `_exact_sums`, gathered (at most `capacity` of them: JAX's
-  shapes are static) and scattered back; when more fail, `_exact_sums` runs over the whole tensor instead.
+  shapes are static) and scattered back; where more fail, `_exact_sums` runs over the whole tensor instead of the dot.
 
   Args:
     x: float array whose `axis` is a multiple of 16.
@@ -94,27 +98,42 @@ def _transform(x: jax.Array, axis: int, signs: np.ndarray, dtype: jnp.dtype, cap
   bits = int(jnp.finfo(x.dtype).nmant)
   if bits > _CHECKED_BITS or x.size == 0:
     return _exact_sums(runs, signs).astype(dtype).reshape(x.shape)
-  y = _dot_sums(runs, signs).astype(dtype)
-  failing = ~_every_order_exact(runs, bits).reshape(-1)
   n_runs = p * q
   capacity = min(n_runs, max(MIN_CAPACITY, int(n_runs * CAPACITY_FRACTION)) if capacity is None else capacity)
-  index = jnp.nonzero(failing, size=capacity, fill_value=n_runs)[0]  # past the end: dropped by the scatter
-  run, column = index // q, index % q
-  gathered = runs.at[run, :, column].get(mode="clip")  # (capacity, 16)
-  y = y.at[run, :, column].set(_exact_sums(gathered[..., None], signs)[..., 0].astype(dtype), mode="drop")
-  # More failing runs than the gather holds: the exact path over the whole tensor, in a loop of at most one trip
-  # rather than a lax.cond: under jax.vmap (the expert GEMMs, MaxText.nvfp4.grouped) a cond with a mapped predicate
-  # runs both branches for every expert, the loop runs its body only when some expert needs it. The body reads the
-  # runs through a select on the loop's predicate, so that XLA cannot hoist the exact path out of the loop as
-  # loop-invariant code (which would run it every time), and without a copy of them in the loop's state.
-  def everywhere(state: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
-    with jax.named_scope(EXACT_FALLBACK_SCOPE):
-      live = jnp.where(state[0], runs, arithmetic.anchored(np.zeros((), runs.dtype), runs))
-      return jnp.zeros_like(state[0]), _exact_sums(live, signs).astype(dtype)
+  failing = ~_every_order_exact(runs, bits).reshape(-1)
+  few = _in_every_member(jnp.sum(failing.astype(jnp.int32)) <= capacity)
 
-  overflow = jnp.sum(failing.astype(jnp.int32)) > capacity
-  _, y = jax.lax.while_loop(lambda state: state[0], everywhere, (overflow, y))
+  def dot_path(runs: jax.Array) -> jax.Array:
+    y = _dot_sums(runs, signs).astype(dtype)
+    index = jnp.nonzero(failing, size=capacity, fill_value=n_runs)[0]  # past the end: dropped by the scatter
+    run, column = index // q, index % q
+    gathered = runs.at[run, :, column].get(mode="clip")  # (capacity, 16)
+    return y.at[run, :, column].set(_exact_sums(gathered[..., None], signs)[..., 0].astype(dtype), mode="drop")
+
+  def exact_path(runs: jax.Array) -> jax.Array:
+    with jax.named_scope(EXACT_FALLBACK_SCOPE):
+      return _exact_sums(runs, signs).astype(dtype)
+
+  # One branch runs: the dot with the failing runs gathered, where they fit; else the exact path over the whole
+  # tensor, which then costs less than the dot and the gathers.
+  y = jax.lax.cond(few, dot_path, exact_path, runs)
   return y.reshape(x.shape)
+
+
+@jax.custom_batching.custom_vmap
+def _in_every_member(flag: jax.Array) -> jax.Array:
+  """The boolean scalar `flag`; under jax.vmap, whether it holds for every member, one unmapped scalar.
+
+  Why: a lax.cond whose predicate is mapped runs both branches for every member (the expert GEMMs' RHT, mapped over
+  the experts by MaxText.nvfp4.grouped, would run the dot and the exact path over every expert's whole tensor). With
+  one predicate for all, the cond runs one branch over all members, and either branch is each member's value."""
+  return flag
+
+
+@_in_every_member.def_vmap
+def _in_every_member_vmap(axis_size: int, in_batched: list[bool], flag: jax.Array) -> tuple[jax.Array, bool]:
+  del axis_size
+  return (jnp.all(flag) if in_batched[0] else flag), False
 
 
 def _every_order_exact(runs: jax.Array, bits: int) -> jax.Array:
