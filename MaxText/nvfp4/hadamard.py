@@ -104,7 +104,7 @@ def _transform(x: jax.Array, axis: int, signs: np.ndarray, dtype: jnp.dtype, cap
   few = _in_every_member(jnp.sum(failing.astype(jnp.int32)) <= capacity)
 
   def dot_path(runs: jax.Array) -> jax.Array:
-    y = _dot_sums(runs, signs).astype(dtype)
+    y = _dot_sums(runs, signs, dtype)
     index = jnp.nonzero(failing, size=capacity, fill_value=n_runs)[0]  # past the end: dropped by the scatter
     run, column = index // q, index % q
     gathered = runs.at[run, :, column].get(mode="clip")  # (capacity, 16)
@@ -157,34 +157,38 @@ def _every_order_exact(runs: jax.Array, bits: int) -> jax.Array:
   return (e_max - e_min <= 19 - bits) & (e_min >= bits + 3) & (e_max <= 250)
 
 
-def _dot_sums(runs: jax.Array, signs: np.ndarray) -> jax.Array:
-  """Every run of `runs` (P, 16, Q) times R, a float32 dot (HIGHEST: no TF32 on a GPU), exact zeros written +0: the
-  RHT's value where `_every_order_exact` holds, whatever order the platform sums in.
+def _dot_sums(runs: jax.Array, signs: np.ndarray, dtype: jnp.dtype = jnp.float32) -> jax.Array:
+  """Every run of `runs` (P, 16, Q) times R as a dot accumulated in float32 (HIGHEST: no TF32 on a GPU), rounded once
+  to `dtype`, exact zeros +0: the RHT's value where `_every_order_exact` holds, whatever order the platform sums in.
 
-  The operands: on XLA:CPU, which keeps every cast, a bf16 x itself (its products are exact, the sums float32);
-  elsewhere x widened on its bits (arithmetic.widen: XLA:GPU may hand a float32 producer's unrounded values through a
-  cast to bf16 and back, docs/numerics.md#on-a-gpu)."""
+  On XLA:CPU, which keeps every cast, the dot reads a bf16 x itself (its products are exact) and writes `dtype`
+  directly: its accumulator is float32 and starts at +0, rounded to the output type once (hadamard_test.py's
+  test_equals_the_f32_dense_product_bit_for_bit and test_an_exact_zero_sum_is_positive_zero; so too with its library
+  dots off), so no float32 copy of the tensor is written out and read back. Elsewhere x is widened on its bits
+  (arithmetic.widen: XLA:GPU may hand a float32 producer's unrounded values through a cast to bf16 and back,
+  docs/numerics.md#on-a-gpu), the float32 sums' zeros are written +0 (as in TE's MMA, whose accumulator starts at +0;
+  a select, where XLA may fold away a `y + 0`), then rounded to `dtype`."""
   matrix = rht_matrix(signs)
 
-  def dot(runs: jax.Array) -> jax.Array:
+  def dot(runs: jax.Array, out: jnp.dtype) -> jax.Array:
     # Anchored (arithmetic.anchored): a broadcast constant would be made outside a scanned layer loop.
     if runs.shape[2] == 1:  # runs along the last axis: one (P, 16) x (16, 16) product
       m = arithmetic.anchored(matrix.astype(runs.dtype), runs)
-      return jnp.dot(runs[..., 0], m, precision=jax.lax.Precision.HIGHEST, preferred_element_type=jnp.float32)[..., None]
+      return jnp.dot(runs[..., 0], m, precision=jax.lax.Precision.HIGHEST, preferred_element_type=out)[..., None]
     # R^T times each (16, Q) slice from the left, a batched dot: XLA:CPU's fast path, where an einsum contracting the
     # middle axis transposes.
     left = jnp.broadcast_to(arithmetic.anchored(matrix.T.astype(runs.dtype), runs),
                             (runs.shape[0], BLOCK_SIZE, BLOCK_SIZE))
     return jax.lax.dot_general(left, runs, (((2,), (1,)), ((0,), (0,))), precision=jax.lax.Precision.HIGHEST,
-                               preferred_element_type=jnp.float32)
+                               preferred_element_type=out)
 
-  if runs.dtype == jnp.bfloat16:
-    y = jax.lax.platform_dependent(runs, cpu=dot, default=lambda r: dot(arithmetic.widen(r)))
-  else:
-    y = dot(arithmetic.widen(runs))
-  # An exact-zero sum is +0, as in TE's MMA (its accumulator starts at +0); a dot of -0 products gives -0 (a select:
-  # XLA may fold away a `y + 0`).
-  return jnp.where(y == 0, arithmetic.anchored(np.float32(0), runs), y)
+  def widened(runs: jax.Array) -> jax.Array:
+    y = dot(arithmetic.widen(runs), jnp.float32)
+    return jnp.where(y == 0, arithmetic.anchored(np.float32(0), runs), y).astype(dtype)
+
+  if runs.dtype != jnp.bfloat16:
+    return widened(runs)
+  return jax.lax.platform_dependent(runs, cpu=lambda r: dot(r, dtype), default=widened)
 
 
 def _exact_sums(runs: jax.Array, signs: np.ndarray) -> jax.Array:
