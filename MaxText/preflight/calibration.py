@@ -52,8 +52,8 @@ from MaxText.preflight.classify import Math, Work
 from MaxText.preflight.kernels import Kernel
 from MaxText.preflight.targets import Peaks, Target
 
-__all__ = ["Basis", "Calibrated", "Factor", "Factors", "FITTED", "LIBRARY", "factors_for", "kernel_seconds", "peak_of",
-           "from_records", "records", "step", "tile_efficiency"]
+__all__ = ["Basis", "Calibrated", "Factor", "Factors", "FITTED", "LIBRARY", "beyond_domain", "factors_for", "from_records",
+           "kernel_seconds", "peak_of", "records", "step", "tile_efficiency"]
 
 #: The fitted constants, written by scripts/fit_prediction.py --write (the fit, its subset and its hold-out are in
 #: that file, and docs/prediction.md says them).
@@ -198,15 +198,20 @@ def peak_of(math_type: Math, peaks: Peaks) -> float | None:
   return {Math.FP8_GEMM: peaks.fp8, Math.BF16_GEMM: peaks.bf16, Math.ATTENTION: peaks.bf16}.get(math_type)
 
 
+def beyond_domain(work: Work, peaks: Peaks) -> bool:
+  """Whether a collective runs on the scale-out network: its group's device ids span NVLink domains
+  (targets.Peaks.crosses_domains), or, read without its members, it joins more GPUs than a domain holds."""
+  if work.members:
+    return peaks.crosses_domains(work.members, max(work.devices, max(work.members) + 1))
+  return work.group > peaks.nvlink_domain
+
+
 def kernel_seconds(kernel: Kernel, target: Target, factors: Factors) -> float:
   """Seconds one run of `kernel` takes, calibrated (no launch gap: `step` adds those)."""
   peaks, work = target.peaks, kernel.work
   if work.math is Math.COLLECTIVE:
-    if work.members:
-      beyond = peaks.crosses_domains(work.members, max(work.devices, max(work.members) + 1))
-    else:
-      beyond = work.group > peaks.nvlink_domain
-    rate = peaks.network * factors.network_bus_efficiency if beyond else peaks.nvlink * factors.nvlink_bus_efficiency
+    rate = (peaks.network * factors.network_bus_efficiency if beyond_domain(work, peaks)
+            else peaks.nvlink * factors.nvlink_bus_efficiency)
     return work.wire_bytes / rate
   memory = kernel.bytes / (peaks.hbm * factors.memory_efficiency)
   peak = peak_of(work.math, peaks)

@@ -73,11 +73,7 @@ def kernel_seconds(kernel: Kernel, peaks: Peaks) -> float:
   """Seconds one run of `kernel` takes on a GPU with these peaks (the model's rule 3)."""
   work = kernel.work
   if work.math is Math.COLLECTIVE:
-    if work.members:
-      beyond = peaks.crosses_domains(work.members, max(work.devices, max(work.members) + 1))
-    else:  # a collective read without its group's devices
-      beyond = work.group > peaks.nvlink_domain
-    bandwidth = peaks.network if beyond else peaks.nvlink
+    bandwidth = peaks.network if calibration.beyond_domain(work, peaks) else peaks.nvlink
     return work.wire_bytes / bandwidth
   memory = kernel.bytes / peaks.hbm
   peak = calibration.peak_of(work.math, peaks)
