@@ -121,9 +121,10 @@ def test_quickstart_smoke_from_the_installed_copy(installed: Installed):
   assert "| te_nvfp4 | ok | 4 |" in (out / "report.md").read_text(encoding="utf-8")
   report = read_report(out / "report.json")
   assert report.baseline == "bf16" and [r.name for r in report.runs] == ["bf16", "te_nvfp4"]
-  # The NVFP4 run logged its quantization statistics (step 0 of 4 at interval 25): ranked, and drawn.
+  # The NVFP4 run logged its quantization statistics (step 0 of 4 at interval 25): ranked, and drawn. Each of the 4
+  # layers' 3 MLP GEMMs reports 5 figures for each of its 4 operands and its weight gradient's 2 zero shares.
   (stats,) = report.quant_stats
-  assert (stats.run, stats.step, stats.statistics) == ("te_nvfp4", 0, 4 * 3 * 5 * 4) and stats.worst
+  assert (stats.run, stats.step, stats.statistics) == ("te_nvfp4", 0, 4 * 3 * (5 * 4 + 2)) and stats.worst
   assert (out / stats.heatmap).stat().st_size > 0 and "## Where NVFP4 loses most" in (out / "report.md").read_text()
   # The runs evaluate, so maxtext truncated metrics.jsonl; every training step still comes from TensorBoard.
   assert all(r.source is MetricsSource.TENSORBOARD and r.num_steps == 4 for r in report.runs)
