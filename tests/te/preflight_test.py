@@ -98,7 +98,7 @@ def test_predict_reports_step_times_ratios_and_where_the_time_goes(te, tmp_path)
   assert proc.returncode == 0, proc.stderr[-3000:]
   prediction = json.loads(out.read_text())["prediction"]
   run, fp8 = prediction["run"], prediction["against"]["fp8"]
-  groups = {"MLP GEMMs", "attention", "other GEMMs", "elementwise", "communication", "unclassified"}
+  groups = {"MLP GEMMs", "attention", "other GEMMs", "elementwise", "communication", "launch gaps", "unclassified"}
   assert set(run["seconds"]) == groups and set(fp8["seconds"]) == groups
   assert run["step_seconds"] == pytest.approx(sum(run["seconds"].values()))
   assert run["tflops_per_step"]["fp4_gemm"] > 0 and fp8["tflops_per_step"]["fp4_gemm"] == 0
