@@ -83,9 +83,10 @@ def test_emulated_nvfp4_gemm_compiles_for_h100(te):
 def test_fused_nvfp4_gemm_compiles_to_te_gemms_on_our_operands_for_blackwell(te, blackwell, target):
   """nvfp4_backend=fused on Blackwell: our quantizer (XLA fusions) feeding TE's NVFP4 GEMM, three te_gemm_v2_ffi
   calls and none of TE's quantize or RHT-amax kernels. Each GEMM writes its output dtype itself (bf16 here: x and W
-  are bf16), never an f32 product cast by a kernel of its own; no conditional but the RHT's choice of path (the NaN-free global amax is a
-  reduction, not a branch on NaN: a fusion barrier and a host round trip on a GPU); the maxima of 1x16 blocks are two
-  sibling reductions in one kernel, not one variadic reduction (a warp per block under XLA:GPU)."""
+  are bf16), never an f32 product cast by a kernel of its own; no conditional but the RHT's choice of path (the
+  NaN-free global amax is a reduction, not a branch on NaN: a fusion barrier and a host round trip on a GPU); the
+  maxima of 1x16 blocks are two sibling reductions in one kernel, not one variadic reduction (a warp per block under
+  XLA:GPU)."""
   from MaxText.backends import table  # pylint: disable=import-outside-toplevel
   from MaxText.nvfp4 import hadamard  # pylint: disable=import-outside-toplevel
   from MaxText.precision.modes import Backend  # pylint: disable=import-outside-toplevel
