@@ -102,7 +102,7 @@ def test_fused_nvfp4_gemm_compiles_to_te_gemms_on_our_operands_for_blackwell(te,
   # The one conditional per RHT'd operand (x^T and dY^T of wgrad) is the RHT's choice of path
   # (MaxText.nvfp4.hadamard: the dot, or the exact path over the whole tensor); no other branch.
   conditionals = re.findall(r" conditional\([^\n]*", text)
-  assert len(conditionals) <= 2 and hadamard.EXACT_FALLBACK_SCOPE in text, conditionals
+  assert len(conditionals) == 2 and hadamard.EXACT_FALLBACK_SCOPE in text, conditionals
   assert not _variadic_row_reductions(text)
 
 
