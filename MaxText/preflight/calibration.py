@@ -206,13 +206,18 @@ def beyond_domain(work: Work, peaks: Peaks) -> bool:
   return work.group > peaks.nvlink_domain
 
 
+def collective_seconds(work: Work, peaks: Peaks, factors: Factors) -> float:
+  """Seconds one run of a collective takes: its wire bytes at its link's calibrated bus bandwidth."""
+  rate = (peaks.network * factors.network_bus_efficiency if beyond_domain(work, peaks)
+          else peaks.nvlink * factors.nvlink_bus_efficiency)
+  return work.wire_bytes / rate
+
+
 def kernel_seconds(kernel: Kernel, target: Target, factors: Factors) -> float:
   """Seconds one run of `kernel` takes, calibrated (no launch gap: `step` adds those)."""
   peaks, work = target.peaks, kernel.work
   if work.math is Math.COLLECTIVE:
-    rate = (peaks.network * factors.network_bus_efficiency if beyond_domain(work, peaks)
-            else peaks.nvlink * factors.nvlink_bus_efficiency)
-    return work.wire_bytes / rate
+    return collective_seconds(work, peaks, factors)
   memory = kernel.bytes / (peaks.hbm * factors.memory_efficiency)
   peak = peak_of(work.math, peaks)
   if not peak:

@@ -29,9 +29,20 @@ a prediction.
                 sends a microbatch's activations (tokens x emb, BF16) to the next stage, 2 + r times (forward,
                 backward, recomputed), on the network when a stage fills a domain; the stage's weights are held
                 gathered (BF16, 1 / (s x tensor) of them), the state is split over s more.
+  reference     the reference's own data, tensor, context and pipeline collectives are among its other
+                collectives, which move unchanged: the four rules above add what a layout has beyond the
+                reference's own (a reference with tensor=4 estimates tensor=8 by the difference of the two).
   links         every collective at the calibrated share of its link's rate (MaxText.preflight.calibration:
                 nccl-tests' bus bandwidth), and hidden behind compute as the layer loop's asynchronous collectives
-                are: the step is max(compute, communication), `unhidden_seconds` their sum.
+                are: the step is max(compute, communication) plus the communication the reference's compile left
+                exposed beyond that (a layer loop whose collectives outlast its own compute; the calibrated step's
+                point less its all-hidden end), scaled with the communication; `unhidden_seconds` is their sum.
+  partitioning  a reference moves within its partitioning family (`partitioning`: tensor parallel or not, pipelined
+                or not): across families the partitioners choose other collectives. Compiled for 128 GB300s, the
+                405B NVFP4-MLP program at fsdp 16 x tensor 4 (data 2 across racks) all-reduces TE's weight gradients
+                over data x fsdp, 389 GB a step on the network, where at fsdp 128 it reduce-scatters them; estimated
+                from the fsdp reference it was 831 ms per 1,000 tokens, compiled 2,638. So --tune compiles the best
+                estimated layout of each family first and re-estimates that family from it.
   memory        arguments and outputs (weights, optimizer state) scale with 1 / the weight shards; temporaries
                 are the reference's less its saved activations (layers x tokens x the policy's saved bytes per
                 token, plus the logits), which then scale with the tokens of a microbatch.
@@ -51,7 +62,7 @@ from MaxText.preflight.kernels import Kernel
 from MaxText.preflight.layouts import Layout
 from MaxText.preflight.targets import Peaks
 
-__all__ = ["Estimate", "ModelFacts", "Reference", "UnknownRemat", "estimate", "tensor_bytes"]
+__all__ = ["Estimate", "ModelFacts", "Reference", "UnknownRemat", "estimate", "partitioning", "tensor_bytes"]
 
 
 class UnknownRemat(ValueError):
@@ -134,29 +145,37 @@ class Reference:
   state_bytes: int  # arguments + outputs - aliased
   temporary_bytes: int
   model_flops: float  # maxtext's FLOPs per device and step at this layout
+  scheduled_seconds: float = 0.0  # communication its compile leaves exposed beyond what the step's compute could hide
+  reduced_bytes: float = 0.0  # whole tensors all-reduced over data x fsdp per step (TE's weight gradients, tensor>1)
 
   @classmethod
   def of(cls, layout: Layout, found: Iterable[Kernel], prediction: predict.Prediction, memory: Any,
          peaks: Peaks, factors: calibration.Factors | None = None) -> Reference:
     """From a compiled program's kernels, its prediction and its memory (MaxText.preflight.report.Memory)."""
+    factors = factors or calibration.Factors.fitted()
     fsdp = layout.size("fsdp") * layout.size("context")
-    gathered = scattered = other = 0.0
+    batch_group, tensor = layout.size("data") * fsdp, layout.size("tensor")
+    gathered = scattered = reduced = other = 0.0
     for kernel in found:
       work = kernel.work
-      if work.math is not Math.COLLECTIVE:
+      if work.math is not Math.COLLECTIVE or work.group < 2:
         continue
-      whole = work.wire_bytes * work.group / (work.group - 1) * kernel.runs if work.group > 1 else 0.0
-      if work.group == fsdp > 1 and kernel.opcode.startswith("all-gather"):
+      whole = work.wire_bytes * work.group / (work.group - 1) * kernel.runs
+      # Over the batch axes (fsdp, context, data: device ids `tensor` apart), not a tensor group of the same size.
+      batch = not work.members or tensor == 1 or work.members[1] - work.members[0] == tensor
+      if work.group == fsdp and batch and kernel.opcode.startswith("all-gather"):
         gathered += whole
-      elif work.group == fsdp > 1 and kernel.opcode.startswith("reduce-scatter"):
+      elif work.group == fsdp and batch and kernel.opcode.startswith("reduce-scatter"):
         scattered += whole
+      elif work.group == batch_group > fsdp and batch and kernel.opcode.startswith("all-reduce"):
+        reduced += whole / 2  # an all-reduce's wire is 2 (n - 1) / n of its operand
       else:
-        other += predict.kernel_seconds(kernel, peaks) * kernel.runs / _bus_efficiency(kernel.work.group, peaks,
-                                                                                      factors)
+        other += calibration.collective_seconds(work, peaks, factors) * kernel.runs
     optimizer = sum(s for (_, phase), s in prediction.elementwise_seconds.items() if phase == "elsewhere")
     return cls(layout=layout, compute_seconds=prediction.step_seconds - prediction.seconds[predict.Group.COMMUNICATION],
-               optimizer_seconds=optimizer, gathered_bytes=gathered, scattered_bytes=scattered,
-               other_comm_seconds=other, state_bytes=memory.arguments + memory.outputs - memory.aliased,
+               optimizer_seconds=optimizer, gathered_bytes=gathered, scattered_bytes=scattered, reduced_bytes=reduced,
+               other_comm_seconds=other, scheduled_seconds=prediction.seconds[predict.Group.COMMUNICATION]
+               - prediction.communication_range[0], state_bytes=memory.arguments + memory.outputs - memory.aliased,
                temporary_bytes=memory.temporaries + memory.code, model_flops=prediction.model_flops)
 
 
@@ -169,11 +188,13 @@ class Estimate:
   peak_bytes: float
   tokens: float  # per GPU and optimizer step
   model_flops: float  # per GPU and optimizer step
+  scheduled_seconds: float = 0.0  # the reference's, scaled with the communication (the `links` rule)
 
   @property
   def step_seconds(self) -> float:
-    """Communication hidden behind compute (the layer loop's collectives are asynchronous)."""
-    return max(self.compute_seconds, self.comm_seconds)
+    """Communication hidden behind compute as far as the step's compute covers it, plus what the reference's
+    compile could not hide even so (a layer loop whose collectives outlast its own compute)."""
+    return max(self.compute_seconds, self.comm_seconds) + self.scheduled_seconds
 
   @property
   def unhidden_seconds(self) -> float:
@@ -199,11 +220,60 @@ def _tokens(layout: Layout, facts: ModelFacts) -> float:
   return layout.per_device_batch * facts.sequence
 
 
-def _bus_efficiency(group: int, peaks: Peaks, factors: calibration.Factors | None) -> float:
-  """The calibrated share of the link's rate a collective over `group` GPUs reaches (by its size: the reference's
-  other collectives are not moved across domains by a layout)."""
-  factors = factors or calibration.Factors.fitted()
-  return factors.network_bus_efficiency if group > peaks.nvlink_domain else factors.nvlink_bus_efficiency
+def partitioning(layout: Layout) -> str:
+  """The partitioning family of a layout: layouts of one family partition the program alike, so one compiled layout
+  moves to another of its family by the module's rules; across families XLA's and TE's partitioners choose other
+  collectives (TE's GEMMs under tensor parallelism all-reduce the weight gradient over data x fsdp instead of
+  reduce-scattering it over fsdp), which no rule here foresees. `--tune` compiles a reference per family."""
+  parts = (["pipeline"] if layout.stages > 1 else []) + (["tensor"] if layout.size("tensor") > 1 else [])
+  return " + ".join(parts) or "fsdp and data"
+
+
+def _link(spans: bool, peaks: Peaks, factors: calibration.Factors) -> float:
+  """Bytes a second one GPU moves on NVLink or, when the collective `spans` domains, on the network."""
+  return peaks.network * factors.network_bus_efficiency if spans else peaks.nvlink * factors.nvlink_bus_efficiency
+
+
+def _fsdp_seconds(layout: Layout, ref: Reference, peaks: Peaks, devices: int, factors: calibration.Factors) -> float:
+  """The reference's FSDP gathers and scatters moved to `layout` (the module's FSDP rule)."""
+  fsdp = layout.size("fsdp") * layout.size("context")
+  spans = (layout.dcn[1] * layout.dcn[2] > 1) or (fsdp > peaks.domain_gpus(devices))
+  whole = ((ref.gathered_bytes + ref.scattered_bytes) * ref.layout.size("tensor") / layout.size("tensor")
+           * layout.accumulation / ref.layout.accumulation * ref.layout.stages / layout.stages)
+  seconds = whole * (fsdp - 1) / fsdp / _link(spans, peaks, factors)
+  if ref.reduced_bytes:
+    group = layout.size("data") * fsdp
+    moved = (ref.reduced_bytes * ref.layout.size("tensor") / layout.size("tensor") * layout.accumulation
+             / ref.layout.accumulation * ref.layout.stages / layout.stages)
+    seconds += 2 * (group - 1) / group * moved / _link(layout.dcn[0] > 1 or spans, peaks, factors)
+  return seconds
+
+
+def _layout_seconds(layout: Layout, ref: Reference, facts: ModelFacts, peaks: Peaks, devices: int,
+                    factors: calibration.Factors) -> float:
+  """The collectives the data, tensor, context and pipeline rules give `layout` (FSDP's apart)."""
+  micro, r = _tokens(layout, facts), facts.recomputed(layout.remat)
+  tensor, fsdp = layout.size("tensor"), layout.size("fsdp") * layout.size("context")
+  seconds = 0.0
+  data = layout.size("data")
+  if data > 1:
+    gradient_shard = (ref.scattered_bytes / max(ref.layout.accumulation, 1) * ref.layout.size("tensor") / tensor
+                      / fsdp)
+    seconds += 2 * (data - 1) / data * gradient_shard / _link(layout.dcn[0] > 1, peaks, factors)
+  if tensor > 1:
+    wire = (tensor - 1) * micro / layout.size("context") * facts.emb * tensor_bytes(r)
+    seconds += facts.layers * layout.accumulation * wire / _link(False, peaks, factors)
+  context = layout.size("context")
+  if context > 1:
+    keys_values = micro * 2 * facts.kv_heads * facts.head_dim * 2
+    seconds += (3 + r) * facts.layers * layout.accumulation * (context - 1) * keys_values / _link(False, peaks, factors)
+  if layout.stages > 1:
+    per_domain = peaks.domain_gpus(devices)
+    iteration = micro * layout.stages / layout.microbatches * facts.emb * 2
+    stage_spans = devices // layout.stages >= per_domain and devices > per_domain
+    seconds += ((2 + r) * (layout.microbatches + layout.stages - 1) * layout.accumulation * iteration
+                / _link(stage_spans, peaks, factors))
+  return seconds
 
 
 def estimate(layout: Layout, ref: Reference, facts: ModelFacts, peaks: Peaks, devices: int,
@@ -216,42 +286,19 @@ def estimate(layout: Layout, ref: Reference, facts: ModelFacts, peaks: Peaks, de
   shards, shards_ref = layout.weight_shards, ref.layout.weight_shards
   compute = ((ref.compute_seconds - ref.optimizer_seconds) * tokens / tokens_ref * (3 + r) / (3 + r_ref)
              * layout.bubble / ref.layout.bubble + ref.optimizer_seconds * shards_ref / shards)
-
-  per_domain = peaks.domain_gpus(devices)
   tensor, tensor_ref = layout.size("tensor"), ref.layout.size("tensor")
-
-  def link(spans: bool) -> float:
-    return (peaks.network * factors.network_bus_efficiency if spans
-            else peaks.nvlink * factors.nvlink_bus_efficiency)
-
-  fsdp = layout.size("fsdp") * layout.size("context")
-  fsdp_spans = (layout.dcn[1] * layout.dcn[2] > 1) or (fsdp > per_domain)
-  microbatches = layout.accumulation / ref.layout.accumulation
-  whole = ((ref.gathered_bytes + ref.scattered_bytes) * tensor_ref / tensor * microbatches
-           * ref.layout.stages / layout.stages)
-  comm = whole * (fsdp - 1) / fsdp / link(fsdp_spans)
-  data = layout.size("data")
-  if data > 1:
-    gradient_shard = ref.scattered_bytes / max(ref.layout.accumulation, 1) * tensor_ref / tensor / fsdp
-    comm += 2 * (data - 1) / data * gradient_shard / link(layout.dcn[0] > 1)
-  if tensor > 1:
-    wire = (tensor - 1) * micro / layout.size("context") * facts.emb * tensor_bytes(r)
-    comm += facts.layers * layout.accumulation * wire / link(False)
-  context = layout.size("context")
-  if context > 1:
-    keys_values = micro * 2 * facts.kv_heads * facts.head_dim * 2
-    comm += (3 + r) * facts.layers * layout.accumulation * (context - 1) * keys_values / link(False)
-  if layout.stages > 1:
-    iteration = micro * layout.stages / layout.microbatches * facts.emb * 2
-    stage_spans = devices // layout.stages >= per_domain and devices > per_domain
-    comm += ((2 + r) * (layout.microbatches + layout.stages - 1) * layout.accumulation * iteration
-             / link(stage_spans))
-  comm += ref.other_comm_seconds
+  # The reference's own data, tensor, context and pipeline collectives are in its other collectives already: the
+  # rules add what the layout has beyond them (never less than nothing).
+  others = max(ref.other_comm_seconds + _layout_seconds(layout, ref, facts, peaks, devices, factors)
+               - _layout_seconds(ref.layout, ref, facts, peaks, devices, factors), 0.0)
+  comm = _fsdp_seconds(layout, ref, peaks, devices, factors) + others
+  comm_ref = _fsdp_seconds(ref.layout, ref, peaks, devices, factors) + ref.other_comm_seconds
+  scheduled = ref.scheduled_seconds * comm / comm_ref if comm_ref > 0 else 0.0
 
   activations_ref = micro_ref * (facts.layers * facts.saved_bytes(ref.layout.remat) + facts.logits_bytes() / tensor_ref)
   fixed = max(ref.temporary_bytes - activations_ref, 0) * tensor_ref / tensor
   activations = micro * (facts.layers * facts.saved_bytes(layout.remat) + facts.logits_bytes() / tensor)
   held = facts.parameters() * 2 / (layout.stages * tensor) if layout.stages > 1 else 0.0  # gathered once a step
   peak = ref.state_bytes * shards_ref / shards + fixed + activations + held
-  return Estimate(compute_seconds=compute, comm_seconds=comm, peak_bytes=peak, tokens=tokens,
-                  model_flops=ref.model_flops * tokens / tokens_ref)
+  return Estimate(compute_seconds=compute, comm_seconds=comm, scheduled_seconds=scheduled, peak_bytes=peak,
+                  tokens=tokens, model_flops=ref.model_flops * tokens / tokens_ref)

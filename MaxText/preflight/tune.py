@@ -8,7 +8,10 @@ only one side is tuned is not a fair one:
      step seconds per token and peak bytes, no compile;
   3. compile the candidates in order of estimated seconds per token, skipping those estimated not to fit by more
      than MEMORY_SLACK, until the next one's estimate is more than TOLERANCE slower than the best compiled one that
-     fits, or `budget` compiles are spent: branch and bound on the estimate, the compile deciding.
+     fits, or `budget` compiles are spent: branch and bound on the estimate, the compile deciding. The first
+     candidate compiled of another partitioning family than the reference's (tensor parallel, pipelined:
+     MaxText.preflight.estimate.partitioning) becomes that family's reference: its rows are estimated again from
+     it, and the order follows.
 The best is the compiled candidate that fits with the fewest predicted seconds per token (the summed step; with a
 per-device batch that varies, per token is what compares). A layout maxtext refuses, or one that does not compile,
 is a row with the reason. The speedup of the run over a program is best against best, per token.
@@ -83,6 +86,7 @@ class Row:
   compiled: Compiled | None = None
   reason: str = ""  # why it was refused or did not compile
   reference: bool = False
+  estimated_from: str = ""  # the compiled layout its estimate moved, when not the run's own (search's)
 
   @property
   def status(self) -> str:
@@ -95,7 +99,7 @@ class Row:
   def as_dict(self) -> dict[str, Any]:
     est = self.estimate
     return {"program": self.program, "layout": self.layout.label(), "overrides": self.layout.compiled(),
-            "reference": self.reference, "status": self.status,
+            "reference": self.reference, "status": self.status, "estimated_from": self.estimated_from or None,
             "reason": self.reason,
             "estimate": {"step_seconds": est.step_seconds, "unhidden_seconds": est.unhidden_seconds,
                          "peak_bytes": est.peak_bytes, "tokens_per_gpu": est.tokens,
@@ -122,25 +126,45 @@ class Search:
 
 
 def search(reference: Row, others: Sequence[Row], compile_row: Callable[[Row], None], device_bytes: int,
-           budget: int, exhaustive: bool = False) -> Search:
+           budget: int, exhaustive: bool = False,
+           estimator_from: Callable[[Row], Callable[[layouts.Layout], estimate_lib.Estimate]] | None = None) -> Search:
   """Branch and bound over `others` (estimated, not compiled) given the compiled `reference` (module docstring):
   `compile_row` fills a row's `compiled` or `reason`; `budget` compiles at most beside the reference. `exhaustive`:
-  compile every row, no pruning (what the pruning is tested against)."""
-  rows = [reference, *sorted(others, key=lambda r: r.estimate.seconds_per_token)]
-  found = Search(program=reference.program, rows=rows)
-  for row in rows[1:]:
-    if exhaustive:
+  compile every row, no pruning (what the pruning is tested against). `estimator_from(row)`: the estimate made from
+  a compiled row; the first row of a partitioning family (estimate_lib.partitioning) the reference is not of that
+  compiles becomes its family's reference, and the family's rows not yet compiled are estimated again from it."""
+  if exhaustive:
+    for row in others:
       compile_row(row)
-      continue
+    return Search(program=reference.program, rows=[reference, *sorted(others, key=_per_token)])
+  found = Search(program=reference.program, rows=[reference])
+  families = {estimate_lib.partitioning(reference.layout)}
+  pending = sorted(others, key=_per_token)
+  while pending:
+    row = pending.pop(0)
+    found.rows.append(row)
     if found.compiles > budget:
       break
     if row.estimate.peak_bytes > device_bytes * (1 + MEMORY_SLACK):
       continue
     best = found.best
     if best is not None and row.estimate.seconds_per_token * (1 - TOLERANCE) > best.compiled.seconds_per_token:
-      break  # sorted: every later row is estimated slower still
+      break  # in order: every row left is estimated slower still
     compile_row(row)
+    family = estimate_lib.partitioning(row.layout)
+    if estimator_from is not None and row.compiled is not None and family not in families:
+      families.add(family)
+      moved = estimator_from(row)
+      for other in pending:
+        if estimate_lib.partitioning(other.layout) == family:
+          other.estimate, other.estimated_from = moved(other.layout), row.layout.label()
+      pending.sort(key=_per_token)
+  found.rows.extend(pending)
   return found
+
+
+def _per_token(row: Row) -> float:
+  return row.estimate.seconds_per_token
 
 
 def _facts(facts: LayoutFacts) -> estimate_lib.ModelFacts:
@@ -263,16 +287,23 @@ def tune(config_path: str, overrides: Sequence[str], target_name: str, devices: 
     except estimate_lib.UnknownRemat as e:
       library.fail(str(e))
 
-    def compile_row(row: Row, program: Program = program) -> None:
+    kept: dict[layouts.Layout, estimate_lib.Reference] = {}
+
+    def compile_row(row: Row, program: Program = program, kept: dict = kept) -> None:
       try:
-        row.compiled, _ = compile_layout(program, row.layout)
+        row.compiled, found = compile_layout(program, row.layout)
+        kept[row.layout] = estimate_lib.Reference.of(row.layout, found, row.compiled.prediction, row.compiled.memory,
+                                                     target.peaks)
       except Refused as e:
         row.reason = f"maxtext refuses it: {e}"
       except Exception as e:  # pylint: disable=broad-exception-caught  # one row, not a crash
         row.reason = f"does not compile: {_one_line(e)}"
 
+    def estimator_from(row: Row, kept: dict = kept) -> Callable[[layouts.Layout], estimate_lib.Estimate]:
+      return lambda layout: estimate_lib.estimate(layout, kept[row.layout], facts, target.peaks, devices)
+
     results[program.name] = search(reference, rows, compile_row, int(target.memory_bytes * fraction), budget,
-                                   exhaustive)
+                                   exhaustive, estimator_from)
   seconds = time.perf_counter() - start
   lines = _lines(results, target, devices, seconds, space, int(target.memory_bytes * fraction))
   return Tuned(results=results, lines=lines,
