@@ -206,11 +206,15 @@ def beyond_domain(work: Work, peaks: Peaks) -> bool:
   return work.group > peaks.nvlink_domain
 
 
+def bus_rate(spans: bool, peaks: Peaks, factors: Factors) -> float:
+  """Bytes a second one GPU moves in a collective: NVLink's calibrated bus bandwidth, or the network's when the
+  collective `spans` NVLink domains."""
+  return peaks.network * factors.network_bus_efficiency if spans else peaks.nvlink * factors.nvlink_bus_efficiency
+
+
 def collective_seconds(work: Work, peaks: Peaks, factors: Factors) -> float:
   """Seconds one run of a collective takes: its wire bytes at its link's calibrated bus bandwidth."""
-  rate = (peaks.network * factors.network_bus_efficiency if beyond_domain(work, peaks)
-          else peaks.nvlink * factors.nvlink_bus_efficiency)
-  return work.wire_bytes / rate
+  return work.wire_bytes / bus_rate(beyond_domain(work, peaks), peaks, factors)
 
 
 def kernel_seconds(kernel: Kernel, target: Target, factors: Factors) -> float:

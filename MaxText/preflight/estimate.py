@@ -229,23 +229,19 @@ def partitioning(layout: Layout) -> str:
   return " + ".join(parts) or "fsdp and data"
 
 
-def _link(spans: bool, peaks: Peaks, factors: calibration.Factors) -> float:
-  """Bytes a second one GPU moves on NVLink or, when the collective `spans` domains, on the network."""
-  return peaks.network * factors.network_bus_efficiency if spans else peaks.nvlink * factors.nvlink_bus_efficiency
-
-
 def _fsdp_seconds(layout: Layout, ref: Reference, peaks: Peaks, devices: int, factors: calibration.Factors) -> float:
   """The reference's FSDP gathers and scatters moved to `layout` (the module's FSDP rule)."""
   fsdp = layout.size("fsdp") * layout.size("context")
   spans = (layout.dcn[1] * layout.dcn[2] > 1) or (fsdp > peaks.domain_gpus(devices))
-  whole = ((ref.gathered_bytes + ref.scattered_bytes) * ref.layout.size("tensor") / layout.size("tensor")
-           * layout.accumulation / ref.layout.accumulation * ref.layout.stages / layout.stages)
-  seconds = whole * (fsdp - 1) / fsdp / _link(spans, peaks, factors)
+  # Whole tensors a GPU handles per step: 1 / tensor of each weight, once per microbatch, its stage's layers.
+  share = (ref.layout.size("tensor") / layout.size("tensor") * layout.accumulation / ref.layout.accumulation
+           * ref.layout.stages / layout.stages)
+  seconds = (ref.gathered_bytes + ref.scattered_bytes) * share * (fsdp - 1) / fsdp / calibration.bus_rate(spans, peaks,
+                                                                                                            factors)
   if ref.reduced_bytes:
     group = layout.size("data") * fsdp
-    moved = (ref.reduced_bytes * ref.layout.size("tensor") / layout.size("tensor") * layout.accumulation
-             / ref.layout.accumulation * ref.layout.stages / layout.stages)
-    seconds += 2 * (group - 1) / group * moved / _link(layout.dcn[0] > 1 or spans, peaks, factors)
+    seconds += (2 * (group - 1) / group * ref.reduced_bytes * share
+                / calibration.bus_rate(layout.dcn[0] > 1 or spans, peaks, factors))
   return seconds
 
 
@@ -259,20 +255,21 @@ def _layout_seconds(layout: Layout, ref: Reference, facts: ModelFacts, peaks: Pe
   if data > 1:
     gradient_shard = (ref.scattered_bytes / max(ref.layout.accumulation, 1) * ref.layout.size("tensor") / tensor
                       / fsdp)
-    seconds += 2 * (data - 1) / data * gradient_shard / _link(layout.dcn[0] > 1, peaks, factors)
+    seconds += 2 * (data - 1) / data * gradient_shard / calibration.bus_rate(layout.dcn[0] > 1, peaks, factors)
   if tensor > 1:
     wire = (tensor - 1) * micro / layout.size("context") * facts.emb * tensor_bytes(r)
-    seconds += facts.layers * layout.accumulation * wire / _link(False, peaks, factors)
+    seconds += facts.layers * layout.accumulation * wire / calibration.bus_rate(False, peaks, factors)
   context = layout.size("context")
   if context > 1:
     keys_values = micro * 2 * facts.kv_heads * facts.head_dim * 2
-    seconds += (3 + r) * facts.layers * layout.accumulation * (context - 1) * keys_values / _link(False, peaks, factors)
+    seconds += ((3 + r) * facts.layers * layout.accumulation * (context - 1) * keys_values
+                / calibration.bus_rate(False, peaks, factors))
   if layout.stages > 1:
     per_domain = peaks.domain_gpus(devices)
     iteration = micro * layout.stages / layout.microbatches * facts.emb * 2
     stage_spans = devices // layout.stages >= per_domain and devices > per_domain
     seconds += ((2 + r) * (layout.microbatches + layout.stages - 1) * layout.accumulation * iteration
-                / _link(stage_spans, peaks, factors))
+                / calibration.bus_rate(stage_spans, peaks, factors))
   return seconds
 
 
