@@ -65,15 +65,18 @@ def blocked(a: jax.Array, operand: Operand) -> jax.Array:
 
 def encode(a: jax.Array, operand: Operand, *, rht_signs: np.ndarray = hadamard.RHT_SIGNS,
            to_e4m3: Callable[[jax.Array], jax.Array] = to_e4m3_satfinite,
-           codes: Callable[[jax.Array], jax.Array] = e2m1_codes, amax: jax.Array | None = None) -> Encoded:
+           codes: Callable[[jax.Array], jax.Array] = e2m1_codes, amax: jax.Array | None = None,
+           rht_order: hadamard.Order = hadamard.Order.EXACT) -> Encoded:
   """Our quantization of the 2-D tensor `a` as `operand` (nearest-rounded codes), as bits.
 
   The keyword arguments are TE's steps by default (the RHT signs, the E4M3 rounding of block scales, the E2M1
   rounding of elements); the self-check's faulty candidates swap one to prove the comparison can fail. `amax`, when
-  given, is the tensor amax to quantize with instead of the tensor's own (`audited`).
+  given, is the tensor amax to quantize with instead of the tensor's own (`audited`). `rht_order`: the fused
+  backend's quantizer takes hadamard.Order.PLATFORM.
   """
   t = blocked(a, operand)
-  y, s8, _, amax = encode_blocks(t, operand.scaling, operand.rht, -1, rht_signs=rht_signs, to_e4m3=to_e4m3, amax=amax)
+  y, s8, _, amax = encode_blocks(t, operand.scaling, operand.rht, -1, rht_signs=rht_signs, to_e4m3=to_e4m3, amax=amax,
+                                 rht_order=rht_order)
   scales = s8 if operand.scaling is Scaling.ONE_D else jnp.broadcast_to(s8, (s8.shape[0], BLOCK_SIZE, *s8.shape[2:]))
   scales = jax.lax.bitcast_convert_type(scales.reshape(t.shape[0], t.shape[1] // BLOCK_SIZE), jnp.uint8)
   scaled = y.reshape(t.shape)
@@ -255,12 +258,12 @@ def audited(tensor: jax.Array, operand: Operand, codes: jax.Array, scales: jax.A
   return counts.at[2].set(bad_amax.astype(jnp.float32))
 
 
-def emulated(tensor: jax.Array, operand: Operand, key: jax.Array | None = None) -> tuple[jax.Array, jax.Array,
-                                                                                        jax.Array]:
-  """This quantizer as a candidate (the emulated backend's, and the self-check's where TE cannot run): (codes,
-  scales, amax) of `tensor` as `operand`, the codes of a stochastically rounded operand drawn with `key` (a fixed
-  key by default: the audit's draws never touch training)."""
-  encoded = encode(tensor, operand)
+def emulated(tensor: jax.Array, operand: Operand, key: jax.Array | None = None,
+             rht_order: hadamard.Order = hadamard.Order.EXACT) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """This quantizer as a candidate (the emulated backend's, and the self-check's where TE cannot run; the fused
+  backend's with `rht_order=hadamard.Order.PLATFORM`): (codes, scales, amax) of `tensor` as `operand`, the codes of a
+  stochastically rounded operand drawn with `key` (a fixed key by default: the audit's draws never touch training)."""
+  encoded = encode(tensor, operand, rht_order=rht_order)
   if not operand.stochastic:
     return encoded.codes, encoded.scales, encoded.amax
   bits = random_bits(jax.random.key(0) if key is None else key, encoded.scaled.shape)

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from MaxText.nvfp4 import rounding
+from MaxText.nvfp4 import hadamard, rounding
 from MaxText.nvfp4.arithmetic import anchored, materialized_on_cpu
 from MaxText.nvfp4.e2m1 import e2m1_codes, pack_e2m1, round_to_e2m1_grid
 from MaxText.nvfp4.formats import BLOCK_SIZE
@@ -67,13 +67,13 @@ def _operand(x: jax.Array, scaling: Scaling | str, stochastic_rounding: bool, ke
   return x, scaling, axis
 
 
-def _rounded(x: jax.Array, key: jax.Array | None, scaling: Scaling, rht: bool, axis: int, as_codes: bool = False
-             ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+def _rounded(x: jax.Array, key: jax.Array | None, scaling: Scaling, rht: bool, axis: int, as_codes: bool = False,
+             rht_order: hadamard.Order = hadamard.Order.EXACT) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
   """(elements rounded to E2M1, blocked: float32 grid values, or with `as_codes` their E2M1 bit patterns (uint8);
   e4m3 scales, blocked; block amaxes, blocked; global amax): what both GEMM operand forms (`quantize_block_scaled`,
   `quantize_codes`) are made of, one rounding rule each way (tests/nvfp4/formats_test.py, rounding_test.py hold the
   codes to the values' float4 cast, bit for bit)."""
-  y, s8, bamax, amax = encode(x, scaling, rht, axis, nan_blocks_out=True)
+  y, s8, bamax, amax = encode(x, scaling, rht, axis, nan_blocks_out=True, rht_order=rht_order)
   if key is not None:
     # The bits x's transpose (block axis last) would draw, in x's layout.
     order = tuple(d for d in range(x.ndim) if d != axis) + (axis,)
@@ -146,22 +146,25 @@ def quantize_codes(
     stochastic_rounding: bool = False,
     key: jax.Array | None = None,
     axis: int = -1,
+    rht_order: hadamard.Order = hadamard.Order.EXACT,
 ) -> BlockCodes:
   """A 2D GEMM operand as E2M1 codes and E4M3 block scales (`BlockCodes`): the same quantization as
   `quantize_block_scaled` of the same arguments (random bits of stochastic rounding included), kept in the form
-  NVIDIA's block-scaled GEMM reads, never dequantized. What the fused backend multiplies."""
+  NVIDIA's block-scaled GEMM reads, never dequantized. What the fused backend multiplies (with
+  `rht_order=hadamard.Order.PLATFORM`: the RHT in the GPU dot's order, docs/numerics.md#the-fused-backends-rht)."""
   if jnp.ndim(x) != 2:
     raise ValueError(f"quantize_codes: a GEMM operand is 2D, got shape {jnp.shape(x)}")
   x, scaling, axis = _operand(x, scaling, stochastic_rounding, key, axis)
-  codes, scales, amax = _codes(x, key if stochastic_rounding else None, scaling=scaling, rht=rht, axis=axis)
+  codes, scales, amax = _codes(x, key if stochastic_rounding else None, scaling=scaling, rht=rht, axis=axis,
+                               rht_order=hadamard.Order(rht_order))
   return BlockCodes(codes, scales, amax, scaling, 1 if scaling is Scaling.TWO_D else axis)
 
 
-@functools.partial(jax.jit, static_argnames=("scaling", "rht", "axis"))
-def _codes(x: jax.Array, key: jax.Array | None, *, scaling: Scaling, rht: bool, axis: int
-           ) -> tuple[jax.Array, jax.Array, jax.Array]:
+@functools.partial(jax.jit, static_argnames=("scaling", "rht", "axis", "rht_order"))
+def _codes(x: jax.Array, key: jax.Array | None, *, scaling: Scaling, rht: bool, axis: int,
+           rht_order: hadamard.Order = hadamard.Order.EXACT) -> tuple[jax.Array, jax.Array, jax.Array]:
   """quantize_codes after its checks, jitted for the reason `_block_scaled` is."""
-  codes, s8, bamax, amax = _rounded(x, key, scaling, rht, axis, as_codes=True)
+  codes, s8, bamax, amax = _rounded(x, key, scaling, rht, axis, as_codes=True, rht_order=rht_order)
   scales = _operand_block_scales(s8, bamax).astype(s8.dtype)
   m, n = x.shape
   compact = (m, n // BLOCK_SIZE) if (scaling is Scaling.ONE_D and axis == 1) else (

@@ -31,9 +31,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.ad_checkpoint import checkpoint_name
 
+from MaxText.nvfp4 import hadamard
 from MaxText.nvfp4.arithmetic import divide
-
-#: checkpoint_name of every quantized tensor the backward pass keeps (maxtext's remat policies save it).
 from MaxText.nvfp4.block_scaled import BlockCodes, quantize_block_scaled, quantize_codes
 from MaxText.nvfp4.formats import BLOCK_SIZE, NVFP4, BlockFormat
 from MaxText.nvfp4.quantize import Scaling
@@ -108,9 +107,12 @@ def _quantized(
     block_gemm: BlockScaledGemm | None = None,
 ) -> Quantized:
   """x quantized as the GEMM that multiplies it takes it: codes and scales for a block-scaled GEMM, else bf16 values
-  (e2m1 * e4m3 scale, exact) for the dot on dequantized operands. The same quantization either way, bit for bit."""
+  (e2m1 * e4m3 scale, exact) for the dot on dequantized operands. The same quantization either way, bit for bit, but
+  for the RHT: the block-scaled GEMM's (the fused backend's) takes it in the GPU dot's order, as TE's takes it in its
+  tensor cores' (hadamard.Order.PLATFORM; exact on CPU), docs/numerics.md#the-fused-backends-rht."""
   if block_gemm is not None:
-    return quantize_codes(x, scaling, rht=rht, stochastic_rounding=key is not None, key=key, axis=axis)
+    return quantize_codes(x, scaling, rht=rht, stochastic_rounding=key is not None, key=key, axis=axis,
+                          rht_order=hadamard.Order.PLATFORM)
   values, amax = quantize_block_scaled(x, scaling, rht=rht, stochastic_rounding=key is not None, key=key,
                                        axis=axis)
   return BlockScaled(values, amax)

@@ -8,6 +8,8 @@ both wgrad operands get the same R along the contracting axis, (x R)^T (dY R) = 
 spreads outliers across the block without changing the product.
 """
 
+import enum
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -15,6 +17,19 @@ import scipy.linalg
 
 from MaxText.nvfp4 import arithmetic
 from MaxText.nvfp4.formats import BLOCK_SIZE
+
+
+class Order(enum.StrEnum):
+  """How the RHT's 16 float32 products of each output are added (docs/numerics.md#random-hadamard-transform)."""
+
+  EXACT = "exact"
+  """f32(exact sum) on every platform: the emulator's value, bit for bit the same everywhere (`rht_sums`)."""
+  PLATFORM = "platform"
+  """One float32 dot, in the order the platform's dot adds (as TE's tensor cores add in theirs): exact where every
+  order is (`_every_order_exact`, the common case), another order's rounding elsewhere, the interval
+  MaxText.nvfp4.audit.rht_interval bounds. On CPU the exact value, so that every CPU test sees the emulator's. What
+  the fused backend runs on a GPU: one dot, no check, no conditional."""
+
 
 #: TE's fixed random signs (not re-drawn per step, shared by all layers).
 RHT_SIGNS = np.array([1, 1, 1, -1, 1, -1, -1, -1, -1, -1, -1, 1, -1, 1, -1, -1], np.float32)
@@ -231,19 +246,28 @@ def _exact_sums(runs: jax.Array, signs: np.ndarray) -> jax.Array:
   return jnp.stack(sums, axis=1)
 
 
-def rht(x: jax.Array, axis: int = -1, signs: np.ndarray = RHT_SIGNS, *, capacity: int | None = None) -> jax.Array:
-  """Forward RHT along `axis`, as TE's wgrad operands see it: bf16(f32(exact sum)) of each output (`rht_sums`).
+def rht(x: jax.Array, axis: int = -1, signs: np.ndarray = RHT_SIGNS, *, capacity: int | None = None,
+        order: Order = Order.EXACT) -> jax.Array:
+  """Forward RHT along `axis`, as TE's wgrad operands see it: bf16(f32(exact sum)) of each output (`rht_sums`), or
+  with `order=Order.PLATFORM` off CPU the bf16 of the platform dot's float32 sum.
 
   Args:
     x: float array whose `axis` is a multiple of 16 (checked by the caller).
     axis: the axis the 16-element runs lie along; rht(x, 0) == rht(x.T).T for a matrix.
     signs: the sign vector (TE's; another one only to model a faulty transform, MaxText.selfcheck).
     capacity: as for `rht_sums` (a test's knob; the value does not depend on it).
+    order: `Order`.
 
   Returns:
     bfloat16 array of x's shape (round-to-nearest-even of the float32 sums; an exact-zero sum is +0, as in TE).
   """
-  return _transform(x, axis, signs, jnp.bfloat16, capacity)
+  if order is Order.EXACT:
+    return _transform(x, axis, signs, jnp.bfloat16, capacity)
+  axis %= x.ndim
+  runs = x.reshape(int(np.prod(x.shape[:axis], dtype=np.int64)) * (x.shape[axis] // BLOCK_SIZE), BLOCK_SIZE, -1)
+  y = jax.lax.platform_dependent(runs, cpu=lambda r: _transform(r, 1, signs, jnp.bfloat16, capacity),
+                                 default=lambda r: _dot_sums(r, signs, jnp.bfloat16))
+  return y.reshape(x.shape)
 
 
 def inverse_rht(y: jax.Array) -> jax.Array:

@@ -252,7 +252,7 @@ def quantize(
 def encode(
     x: jax.Array, scaling: Scaling, rht: bool, axis: int, *, rht_signs: np.ndarray = hadamard.RHT_SIGNS,
     to_e4m3: Callable[[jax.Array], jax.Array] = to_e4m3_satfinite, amax: jax.Array | None = None,
-    nan_blocks_out: bool = False,
+    nan_blocks_out: bool = False, rht_order: hadamard.Order = hadamard.Order.EXACT,
 ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
   """Everything of quantize before the element rounding: (y on the E2M1 scale, blocked; e4m3 scales, blocked;
   block amaxes, blocked; global amax). 1D blocks run along `axis` (normalized), in place.
@@ -260,9 +260,10 @@ def encode(
   `rht_signs` and `to_e4m3` are TE's by default; the self-check's faulty quantizers (its proof that it can fail)
   swap one of them. `amax` replaces the tensor's amax (the in-training audit quantizes with the amax TE used, which
   TE takes per data shard: MaxText.nvfp4.audit); nothing else passes these. `nan_blocks_out`: the GEMM operand forms'
-  global amax (`block_amax`)."""
+  global amax (`block_amax`). `rht_order`: how the RHT adds (hadamard.Order; the fused backend's is PLATFORM)."""
   if rht:
-    x = hadamard.rht(x, axis, rht_signs)  # bf16, as TE's RHT kernel writes it; the amax is the post-RHT amax.
+    # bf16, as TE's RHT kernel writes it; the amax is the post-RHT amax.
+    x = hadamard.rht(x, axis, rht_signs, order=rht_order)
   blocks, block_axes = blocked(x, scaling, axis)
   bamax, nan_free_bamax = block_amax(blocks, block_axes, nan_blocks_out)  # a NaN block -> FLT_MAX -> scale 448
   amax = global_amax(nan_free_bamax) if amax is None else amax

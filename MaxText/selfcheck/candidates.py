@@ -173,8 +173,9 @@ class OrderVariant:
 
 @dataclasses.dataclass(frozen=True)
 class Fused:
-  """The fused backend (nvfp4_backend=fused) as the candidate: our quantizer, the emulator's (so the quantization
-  check holds it against itself and the float64 reference, as for the emulator), and its block-scaled GEMM on codes
+  """The fused backend (nvfp4_backend=fused) as the candidate: our quantizer with the RHT in the GPU dot's order
+  (hadamard.Order.PLATFORM, so the quantization check holds its RHT'd operands order-aware, as it holds TE's, and
+  the rest bit for bit; on CPU it is the emulator's), and its block-scaled GEMM on codes
   and scales, which the GEMM check holds against float64 products: TE's cuBLASLt NVFP4 GEMM where TE runs NVFP4
   (MaxText.backends.te_gemm), jax.nn.scaled_matmul elsewhere (MaxText.backends.te_gemm.fused_gemm picks it)."""
 
@@ -186,7 +187,7 @@ class Fused:
     return f"fused backend (our quantizer, {self.gemm_name})"
 
   def quantize(self, tensor: jax.Array, operand: Operand, key: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-    return audit.emulated(tensor, operand, key)
+    return audit.emulated(tensor, operand, key, rht_order=hadamard.Order.PLATFORM)
 
   def gemms(self, x: jax.Array, w: jax.Array, dy: jax.Array, recipe: GemmRecipe) -> tuple[jax.Array, ...]:
     return _our_gemms(x, w, dy, recipe, self.block_gemm)

@@ -303,6 +303,31 @@ def test_the_fused_backends_codes_and_scales_are_the_same():
   _assert_same(gpu_like_reordered(f)(x, w, key), cpu(f)(x, w, key))
 
 
+def test_the_fused_backends_rht_is_the_platforms_dot_within_every_orders_interval():
+  """hadamard.Order.PLATFORM, the fused backend's RHT (docs/numerics.md#the-fused-backends-rht): on CPU the exact
+  path, bit for bit; on a GPU one dot, whose order shows on wide runs (summed in reverse, some RHT outputs and codes
+  differ from the exact path's) and whose every difference in the operand the order-aware comparison accepts."""
+  x, operand = _wide_runs(1, (256, 256)), gemm_operands(GemmRecipe())[3]  # wgrad_x: 1D blocks along M, RHT
+
+  def platform_rht(x):
+    return hadamard.rht(x, 0, order=hadamard.Order.PLATFORM)
+
+  def platform(x):
+    return audit.emulated(x, operand, rht_order=hadamard.Order.PLATFORM)
+
+  def exact(x):
+    return audit.emulated(x, operand)
+
+  want = cpu(exact)(x)
+  _assert_same(cpu(platform)(x), want)
+  _assert_same(cpu(platform_rht)(x), cpu(lambda x: hadamard.rht(x, 0))(x))
+  outputs = np.asarray(gpu_like_reordered(platform_rht)(x)).view(np.uint16)
+  assert np.sum(outputs != np.asarray(hadamard.rht(x, 0)).view(np.uint16)) > 0  # the order shows in the bf16 sums
+  got = gpu_like_reordered(platform)(x)
+  counts = np.asarray(audit.order_aware(x, operand, *got).counts())
+  assert counts[:3].sum() == 0 and counts[3:].sum() > 0, counts  # no mismatch; some codes differ, all accepted
+
+
 def test_the_fused_gemm_forward_and_backward_are_the_same():
   """nvfp4_dot_general with the block-scaled GEMM (jax.nn.scaled_matmul): y, dx and dW."""
   ops, key = _gemm_operands(), jax.random.key(1)
