@@ -151,7 +151,8 @@ def quantize_codes(
   """A 2D GEMM operand as E2M1 codes and E4M3 block scales (`BlockCodes`): the same quantization as
   `quantize_block_scaled` of the same arguments (random bits of stochastic rounding included), kept in the form
   NVIDIA's block-scaled GEMM reads, never dequantized. What the fused backend multiplies (with
-  `rht_order=hadamard.Order.PLATFORM`: the RHT in the GPU dot's order, docs/numerics.md#the-fused-backends-rht)."""
+  `rht_order=hadamard.Order.PLATFORM`: the RHT in a fixed pairwise order on a GPU,
+  docs/numerics.md#the-fused-backends-rht)."""
   if jnp.ndim(x) != 2:
     raise ValueError(f"quantize_codes: a GEMM operand is 2D, got shape {jnp.shape(x)}")
   x, scaling, axis = _operand(x, scaling, stochastic_rounding, key, axis)

@@ -108,8 +108,8 @@ def _quantized(
 ) -> Quantized:
   """x quantized as the GEMM that multiplies it takes it: codes and scales for a block-scaled GEMM, else bf16 values
   (e2m1 * e4m3 scale, exact) for the dot on dequantized operands. The same quantization either way, bit for bit, but
-  for the RHT: the block-scaled GEMM's (the fused backend's) takes it in the GPU dot's order, as TE's takes it in its
-  tensor cores' (hadamard.Order.PLATFORM; exact on CPU), docs/numerics.md#the-fused-backends-rht."""
+  for the RHT: the block-scaled GEMM's (the fused backend's) takes it in a fixed pairwise order on a GPU, as TE's
+  takes it in its tensor cores' (hadamard.Order.PLATFORM; exact on CPU), docs/numerics.md#the-fused-backends-rht."""
   if block_gemm is not None:
     return quantize_codes(x, scaling, rht=rht, stochastic_rounding=key is not None, key=key, axis=axis,
                           rht_order=hadamard.Order.PLATFORM)

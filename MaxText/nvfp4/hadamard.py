@@ -25,10 +25,11 @@ class Order(enum.StrEnum):
   EXACT = "exact"
   """f32(exact sum) on every platform: the emulator's value, bit for bit the same everywhere (`rht_sums`)."""
   PLATFORM = "platform"
-  """One float32 dot, in the order the platform's dot adds (as TE's tensor cores add in theirs): exact where every
-  order is (`_every_order_exact`, the common case), another order's rounding elsewhere, the interval
+  """The fastest order per platform: off CPU the four butterfly stages summed plainly (`_butterfly_sums`, one fixed
+  pairwise order, fused into the quantizer's kernels), as TE's tensor cores sum in an order of theirs: exact where
+  every order is (`_every_order_exact`, the common case), another order's rounding elsewhere, within the interval
   MaxText.nvfp4.audit.rht_interval bounds. On CPU the exact value, so that every CPU test sees the emulator's. What
-  the fused backend runs on a GPU: one dot, no check, no conditional."""
+  the fused backend runs on a GPU: no check, no conditional, no dot."""
 
 
 #: TE's fixed random signs (not re-drawn per step, shared by all layers).
@@ -246,10 +247,30 @@ def _exact_sums(runs: jax.Array, signs: np.ndarray) -> jax.Array:
   return jnp.stack(sums, axis=1)
 
 
+def _butterfly_sums(runs: jax.Array, signs: np.ndarray, dtype: jnp.dtype = jnp.bfloat16) -> jax.Array:
+  """Every run of `runs` (P, 16, Q) times R in float32 by the four butterfly stages of `_exact_sums` without their
+  rounding errors, exact zeros +0, rounded once to `dtype`: the sum in one fixed pairwise order, which is exact where
+  `_every_order_exact` holds and another order's rounding elsewhere (within audit.ORDER_BOUND). Elementwise over the
+  run's 16 slices, so XLA fuses it into the quantizer's kernels instead of launching a dot that writes the transformed
+  tensor out: what Order.PLATFORM runs off CPU."""
+  runs = arithmetic.widen(runs)
+  scale = arithmetic.anchored(np.asarray(signs, np.float32) / np.float32(4), runs)
+  zero = arithmetic.anchored(np.float32(0), runs)
+  sums = [runs[:, i] * scale[i] for i in range(BLOCK_SIZE)]
+  half = BLOCK_SIZE // 2
+  while half >= 1:
+    new = list(sums)
+    for start in range(0, BLOCK_SIZE, 2 * half):
+      for i in range(start, start + half):
+        new[i], new[i + half] = sums[i] + sums[i + half], sums[i] - sums[i + half]
+    sums, half = new, half // 2
+  return jnp.stack([jnp.where(s == 0, zero, s) for s in sums], axis=1).astype(dtype)
+
+
 def rht(x: jax.Array, axis: int = -1, signs: np.ndarray = RHT_SIGNS, *, capacity: int | None = None,
         order: Order = Order.EXACT) -> jax.Array:
   """Forward RHT along `axis`, as TE's wgrad operands see it: bf16(f32(exact sum)) of each output (`rht_sums`), or
-  with `order=Order.PLATFORM` off CPU the bf16 of the platform dot's float32 sum.
+  with `order=Order.PLATFORM` off CPU the bf16 of the butterflies' float32 sum (`_butterfly_sums`).
 
   Args:
     x: float array whose `axis` is a multiple of 16 (checked by the caller).
@@ -266,7 +287,7 @@ def rht(x: jax.Array, axis: int = -1, signs: np.ndarray = RHT_SIGNS, *, capacity
   axis %= x.ndim
   runs = x.reshape(int(np.prod(x.shape[:axis], dtype=np.int64)) * (x.shape[axis] // BLOCK_SIZE), BLOCK_SIZE, -1)
   y = jax.lax.platform_dependent(runs, cpu=lambda r: _transform(r, 1, signs, jnp.bfloat16, capacity),
-                                 default=lambda r: _dot_sums(r, signs, jnp.bfloat16))
+                                 default=lambda r: _butterfly_sums(r, signs))
   return y.reshape(x.shape)
 
 

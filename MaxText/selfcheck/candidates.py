@@ -173,7 +173,7 @@ class OrderVariant:
 
 @dataclasses.dataclass(frozen=True)
 class Fused:
-  """The fused backend (nvfp4_backend=fused) as the candidate: our quantizer with the RHT in the GPU dot's order
+  """The fused backend (nvfp4_backend=fused) as the candidate: our quantizer with the RHT in its GPU order
   (hadamard.Order.PLATFORM, so the quantization check holds its RHT'd operands order-aware, as it holds TE's, and
   the rest bit for bit; on CPU it is the emulator's), and its block-scaled GEMM on codes
   and scales, which the GEMM check holds against float64 products: TE's cuBLASLt NVFP4 GEMM where TE runs NVFP4

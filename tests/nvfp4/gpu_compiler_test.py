@@ -303,10 +303,11 @@ def test_the_fused_backends_codes_and_scales_are_the_same():
   _assert_same(gpu_like_reordered(f)(x, w, key), cpu(f)(x, w, key))
 
 
-def test_the_fused_backends_rht_is_the_platforms_dot_within_every_orders_interval():
+def test_the_fused_backends_rht_takes_the_gpus_order_within_every_orders_interval():
   """hadamard.Order.PLATFORM, the fused backend's RHT (docs/numerics.md#the-fused-backends-rht): on CPU the exact
-  path, bit for bit; on a GPU one dot, whose order shows on wide runs (summed in reverse, some RHT outputs and codes
-  differ from the exact path's) and whose every difference in the operand the order-aware comparison accepts."""
+  path, bit for bit; on a GPU the butterflies in one pairwise order, whose order shows on wide runs (some RHT outputs
+  and codes differ from the exact path's) and whose every difference in the operand the order-aware comparison
+  accepts."""
   x, operand = _wide_runs(1, (256, 256)), gemm_operands(GemmRecipe())[3]  # wgrad_x: 1D blocks along M, RHT
 
   def platform_rht(x):

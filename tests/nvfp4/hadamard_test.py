@@ -279,3 +279,30 @@ def test_more_failing_runs_than_the_capacity_is_still_exact(axis):
     for one, tensor in zip(np.asarray(mapped(jnp.stack(pair))), pair):
       want = _exact_path(tensor, axis).astype(ml_dtypes.bfloat16)
       np.testing.assert_array_equal(one.view(np.uint16), want.view(np.uint16))
+
+
+@hypothesis.settings(max_examples=examples(60), deadline=None)
+@hypothesis.given(seed=st.integers(0, 2**32 - 1), lowest=st.integers(-100, 100), span=st.integers(0, 40),
+                  zeros=st.floats(0, 0.6), crowded=st.floats(0, 1))
+@hypothesis.example(seed=0, lowest=-2, span=0, zeros=0.0, crowded=0.0)  # _WIDE_RUN in the first run
+def test_the_butterflies_are_exact_where_every_order_is_and_within_the_bound_elsewhere(seed, lowest, span, zeros,
+                                                                                      crowded):
+  """_butterfly_sums (Order.PLATFORM off CPU, the fused backend's RHT): the exact sum's bf16 on every output of a run
+  `_every_order_exact` passes, and elsewhere a float32 sum in some order: within 2 gamma_15 of the sum of the
+  products' magnitudes around the exact sum (Higham's bound, which every order keeps), then rounded to bf16."""
+  x = _mixed_runs(seed, (48, 4), lowest, span, zeros, 0.0, crowded)
+  if seed == 0 and span == 0:
+    x[:16, 0] = _WIDE_RUN
+  runs = jnp.asarray(x).reshape(3, 16, 4)
+  got = np.asarray(jax.jit(lambda r: hadamard._butterfly_sums(r, hadamard.RHT_SIGNS, jnp.float32))(runs))
+  want = np.asarray(jax.jit(lambda r: hadamard._exact_sums(r, hadamard.RHT_SIGNS))(runs))
+  passes = np.asarray(jax.jit(lambda r: hadamard._every_order_exact(r, 7))(runs))[:, None, :]
+  np.testing.assert_array_equal(np.where(passes, got, 0).view(np.uint32), np.where(passes, want, 0).view(np.uint32))
+  terms = np.asarray(runs, np.float64) * hadamard.RHT_SIGNS[None, :, None] / 4
+  matrix = scipy.linalg.hadamard(16).astype(np.float64)
+  exact = np.einsum("pic,ij->pjc", terms, matrix)
+  magnitudes = np.einsum("pic,ij->pjc", np.abs(terms), np.abs(matrix))
+  u = 2.0**-24
+  assert np.all(np.abs(got - exact) <= 2 * (15 * u / (1 - 15 * u)) * magnitudes)
+  bf16 = np.asarray(jax.jit(lambda r: hadamard._butterfly_sums(r, hadamard.RHT_SIGNS))(runs))
+  np.testing.assert_array_equal(bf16.view(np.uint16), got.astype(ml_dtypes.bfloat16).view(np.uint16))
