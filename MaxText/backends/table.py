@@ -23,7 +23,7 @@ from MaxText.precision.modes import Backend
 from MaxText.precision.policy import GemmClass, Precision
 from MaxText.precision.settings import Settings
 
-__all__ = ["TABLE", "Implementation", "expert_gemms", "expert_plan", "implementation", "implementation_name",
+__all__ = ["QUANTIZED", "TABLE", "Implementation", "expert_gemms", "expert_plan", "implementation", "implementation_name",
            "module_class", "resolve_backend"]
 
 _LOG = logging.getLogger(__name__)
@@ -113,13 +113,30 @@ def implementation(backend: Backend) -> Implementation:
   return TABLE[backend]
 
 
+#: The quantized precisions every backend's dense entry implements (BF16 is lax.dot_general everywhere).
+QUANTIZED = (Precision.NVFP4, Precision.FP8)
+
+
+def _known(precision: Precision) -> Precision:
+  """`precision` where the table implements it. Why: each entry's `dense` tells NVFP4 from the rest, so a precision
+  or block format it does not know would otherwise train silently in FP8."""
+  if precision is Precision.BF16 or precision in QUANTIZED:
+    return precision
+  raise ValueError(f"precision {getattr(precision, 'value', precision)!r}: no backend implements it; the backends "
+                   f"run {', '.join(p.value for p in (*QUANTIZED, Precision.BF16))} (MaxText.backends.table)")
+
+
 def module_class(precision: Precision, backend: Backend, settings: Settings,
                  gemm_class: GemmClass = GemmClass.OTHER) -> type[nn.Module]:
   """The Linen module class that runs one GEMM of `gemm_class` in `precision` on `backend` (resolved); the recipe and
   the stages around an NVFP4 GEMM (BF16 switches, statistics, guard) come from `settings`. A BF16 MLP GEMM whose
   weight gradient a tap measures (Settings.bf16_mlp_taps) is lax.dot_general with that measurement, on every
-  backend."""
-  if precision is Precision.BF16:
+  backend.
+
+  Raises:
+    ValueError: a precision no backend implements (names the ones they do).
+  """
+  if _known(precision) is Precision.BF16:
     if gemm_class is GemmClass.MLP and settings.bf16_mlp_taps:
       return functools.partial(MeasuredDotGeneral, settings=settings)
     return UnquantizedDotGeneral
@@ -128,7 +145,7 @@ def module_class(precision: Precision, backend: Backend, settings: Settings,
 
 def implementation_name(precision: Precision, backend: Backend) -> str:
   """Human name of what module_class picks, for the precision plan."""
-  if precision is Precision.BF16:
+  if _known(precision) is Precision.BF16:
     return "lax.dot_general (unquantized)"
   return implementation(backend).dense_name(precision)
 

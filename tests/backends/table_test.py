@@ -147,3 +147,14 @@ def test_the_fused_backends_dense_gemm_multiplies_with_its_block_scaled_gemm(mon
   run(variables, step, x, w, dy)
   assert {(a, b) for a, b, _, _ in calls} == {(BlockCodes, BlockCodes)}, calls
   assert {(a_axis, b_axis) for _, _, a_axis, b_axis in calls} == {(1, 0), (1, 1), (0, 0)}, calls  # fprop, dgrad, wgrad
+
+
+@pytest.mark.parametrize("backend", [Backend.TE, Backend.EMULATED, Backend.FUSED])
+def test_a_precision_no_backend_implements_is_an_error_not_fp8(backend):
+  """A new block format's precision reaching the table before any backend implements it (here a plain "mxfp4"): one
+  ValueError naming it and what the backends run, never maxtext's fp8 module (each entry tells NVFP4 from the rest)."""
+  from MaxText.backends import table  # pylint: disable=import-outside-toplevel
+
+  for ask in (lambda: module_class("mxfp4", backend, settings()), lambda: table.implementation_name("mxfp4", backend)):
+    with pytest.raises(ValueError, match=r"'mxfp4': no backend implements it; the backends run nvfp4, fp8, bf16"):
+      ask()
