@@ -4,12 +4,14 @@ rounding every quantizer path shares. The exact float32 arithmetic it rounds wit
 E2M1 element codec is MaxText.nvfp4.e2m1.
 
 Every number here is a fact of the format or of TransformerEngine's kernels (docs/numerics.md#the-format, #quantize),
-written once: the NVFP4 object holds the format's (block size, element grid, scale type and maximum), the module
-names below read them off it, and no other module of MaxText writes one of them as a literal.
+written once: the NVFP4 object holds the format's (element type, block size, scale type and rule), its element grid
+and largest scale are read off the dtypes' bits, the module names below read them off it, and no other
+module of MaxText writes one of them as a literal.
 """
 
 import dataclasses
 import enum
+import functools
 from typing import Any
 
 import jax
@@ -17,6 +19,15 @@ import jax.numpy as jnp
 import numpy as np
 
 from MaxText.nvfp4.arithmetic import round_to
+
+
+@functools.cache
+def _magnitudes(dtype: Any) -> tuple[float, ...]:
+  """BlockFormat.element_magnitudes of an element dtype of at most 8 bits: its codes with the sign bit clear, as
+  values, the non-finite ones (a NaN or infinity code) left out."""
+  bits = jnp.finfo(dtype).bits
+  values = np.arange(2 ** (bits - 1), dtype=np.uint8).view(dtype).astype(np.float64)
+  return tuple(float(v) for v in values if np.isfinite(v))
 
 
 class ScaleRule(str, enum.Enum):
@@ -40,13 +51,24 @@ class BlockFormat:
   """
 
   name: str
-  element_dtype: Any  # the storage dtype of an element (jnp.float4_e2m1fn)
-  element_magnitudes: tuple[float, ...]  # the non-negative element values, ascending, in code order (codes 0..7)
+  element_dtype: Any  # the storage dtype of an element (jnp.float4_e2m1fn); its values are read off its bits
   block_size: int  # elements per block along the block axis (1D: 1 x block_size; 2D: block_size x block_size tiles)
   scale_dtype: Any  # the storage dtype of a block scale (jnp.float8_e4m3fn)
-  scale_max: np.floating  # the largest block scale, in the tensor scale's dtype; the rule saturates there
   scale_rule: ScaleRule
   tensor_scale_dtype: Any = np.float32  # the per-tensor scale S_enc = tensor_scale_range / amax
+
+  @property
+  def element_magnitudes(self) -> tuple[float, ...]:
+    """The non-negative finite element values in code order (sign bit clear), ascending: every code of the element
+    type's exponent and mantissa bits, decoded by its dtype, not a table written for the format. For
+    E2M1: 0, 0.5, 1, 1.5, 2, 3, 4, 6."""
+    return _magnitudes(self.element_dtype)
+
+  @property
+  def scale_max(self) -> np.floating:
+    """The largest block scale (the scale dtype's largest finite value), in the tensor scale's dtype; the rule
+    saturates there."""
+    return self.tensor_scale_dtype(jnp.finfo(self.scale_dtype).max)
 
   @property
   def element_max(self) -> np.floating:
@@ -83,9 +105,8 @@ class BlockFormat:
 #: NVFP4 (docs/numerics.md#the-format): E2M1 elements {0, 0.5, 1, 1.5, 2, 3, 4, 6} (6 = 0b0111 = 1.5 * 2**2), 16
 #: per block, one E4M3 (fn: no inf) scale per block, at most 448 (0b0_1111_110 = 1.75 * 2**8; 0b0_1111_111 is NaN),
 #: and an FP32 tensor scale S_enc = 6 * 448 / amax = 2688 / amax.
-NVFP4 = BlockFormat(name="nvfp4", element_dtype=jnp.float4_e2m1fn,
-                    element_magnitudes=(0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0), block_size=16,
-                    scale_dtype=jnp.float8_e4m3fn, scale_max=np.float32(448.0), scale_rule=ScaleRule.RN_SATFINITE)
+NVFP4 = BlockFormat(name="nvfp4", element_dtype=jnp.float4_e2m1fn, block_size=16, scale_dtype=jnp.float8_e4m3fn,
+                    scale_rule=ScaleRule.RN_SATFINITE)
 
 # The default format's facts by name, for the code that takes no recipe: the quantizer's kernels below are NVFP4's
 # (E2M1 elements, E4M3 scales). Each is read off NVFP4, never written again.

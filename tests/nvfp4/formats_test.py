@@ -22,6 +22,22 @@ def test_constants():
   assert float(jnp.asarray(formats.E2M1_MAGNITUDES).astype(formats.E2M1).astype(jnp.float32)[-1]) == 6.0
 
 
+@pytest.mark.parametrize("element_dtype,scale_dtype,grid,scale_max", [
+    (ml_dtypes.float6_e3m2fn, ml_dtypes.float8_e8m0fnu, [0, 0.0625, 0.125, 0.1875, 0.25, 28], 2.0**127),
+    (ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e4m3fn, [0, 2.0**-9, 2.0**-8, 3 * 2.0**-9, 2.0**-7, 448], 448),
+])
+def test_a_formats_element_grid_and_largest_scale_are_read_off_its_dtypes(element_dtype, scale_dtype, grid, scale_max):
+  """Another block format is one entry: its element values (finite codes with the sign bit clear, ascending, a NaN
+  code left out) and its largest scale come from the dtypes' bits, with nothing written for it."""
+  fmt = formats.BlockFormat(name="toy", element_dtype=element_dtype, block_size=32, scale_dtype=scale_dtype,
+                            scale_rule=formats.ScaleRule.RN_SATFINITE)
+  magnitudes = np.array(fmt.element_magnitudes)
+  np.testing.assert_array_equal(magnitudes[[0, 1, 2, 3, 4, -1]], grid)
+  assert np.all(np.diff(magnitudes) > 0) and len(magnitudes) == {6: 32, 8: 127}[ml_dtypes.finfo(element_dtype).bits]
+  assert fmt.element_max == grid[-1] and fmt.scale_max == np.float32(scale_max)
+  assert fmt.tensor_scale_range == np.float32(grid[-1] * scale_max)
+
+
 def test_the_nvfp4_object_agrees_with_its_dtypes():
   """The literals written once in NVFP4 are the storage dtypes' own facts (ml_dtypes), and its derived values are
   the float32 constants the kernels use."""
@@ -31,7 +47,7 @@ def test_the_nvfp4_object_agrees_with_its_dtypes():
   assert fmt.element_max == jnp.finfo(fmt.element_dtype).max and fmt.scale_max == jnp.finfo(fmt.scale_dtype).max
   assert fmt.tensor_scale_range == np.float32(2688) and fmt.tensor_scale_range.dtype == np.float32
   assert fmt.scale_min_normal == np.float32(2.0**-6) and fmt.block_size == 16
-  assert formats.E4M3_MAX is fmt.scale_max and formats.BLOCK_SIZE == fmt.block_size
+  assert formats.E4M3_MAX == fmt.scale_max and formats.E4M3_MAX.dtype == np.float32 and formats.BLOCK_SIZE == fmt.block_size
 
 
 def test_the_recipe_carries_the_format_and_refuses_one_the_quantizer_lacks():
