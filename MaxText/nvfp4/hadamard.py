@@ -16,7 +16,6 @@ import numpy as np
 import scipy.linalg
 
 from MaxText.nvfp4 import arithmetic
-from MaxText.nvfp4.formats import BLOCK_SIZE
 
 
 class Order(enum.StrEnum):
@@ -32,20 +31,24 @@ class Order(enum.StrEnum):
   the fused backend runs on a GPU: no check, no conditional, no dot."""
 
 
+#: The transform's length: 16 by the recipe (TE's 16-point RHT), not by the block format's block size, so that a
+#: format with 32-element blocks (MXFP4) keeps the recipe's transform instead of changing it silently.
+RHT_SIZE = 16
+
 #: TE's fixed random signs (not re-drawn per step, shared by all layers).
 RHT_SIGNS = np.array([1, 1, 1, -1, 1, -1, -1, -1, -1, -1, -1, 1, -1, 1, -1, -1], np.float32)
 
 
 def rht_matrix(signs: np.ndarray = RHT_SIGNS) -> np.ndarray:
   """R = diag(signs) @ H16 / 4 as float32 (TE's signs by default); entries are exactly +-0.25."""
-  h16 = scipy.linalg.hadamard(BLOCK_SIZE).astype(np.float32)
+  h16 = scipy.linalg.hadamard(RHT_SIZE).astype(np.float32)
   return (np.asarray(signs, np.float32)[:, None] * h16) / np.float32(4.0)
 
 
 def _apply_runs(x: jax.Array, matrix: np.ndarray) -> jax.Array:
   """Every 16-element run along the last axis times `matrix`, in float32 at full precision (`inverse_rht`'s
   dequantization: an approximation of x whatever order the dot sums in)."""
-  runs = x.astype(jnp.float32).reshape(*x.shape[:-1], x.shape[-1] // BLOCK_SIZE, BLOCK_SIZE)
+  runs = x.astype(jnp.float32).reshape(*x.shape[:-1], x.shape[-1] // RHT_SIZE, RHT_SIZE)
   y = jnp.einsum("...i,ij->...j", runs, jnp.asarray(matrix, jnp.float32), precision=jax.lax.Precision.HIGHEST)
   return y.reshape(x.shape)
 
@@ -108,9 +111,9 @@ def _transform(x: jax.Array, axis: int, signs: np.ndarray, dtype: jnp.dtype, cap
   """`rht_sums` rounded to `dtype` (float32: unchanged; bf16: `rht`), each path's sums rounded before they are merged,
   so that no float32 copy of the tensor outlives the dot."""
   axis %= x.ndim
-  p = int(np.prod(x.shape[:axis], dtype=np.int64)) * (x.shape[axis] // BLOCK_SIZE)
+  p = int(np.prod(x.shape[:axis], dtype=np.int64)) * (x.shape[axis] // RHT_SIZE)
   q = int(np.prod(x.shape[axis + 1:], dtype=np.int64))
-  runs = x.reshape(p, BLOCK_SIZE, q)
+  runs = x.reshape(p, RHT_SIZE, q)
   bits = int(jnp.finfo(x.dtype).nmant)
   if bits > _CHECKED_BITS or x.size == 0:
     return _exact_sums(runs, signs).astype(dtype).reshape(x.shape)
@@ -194,7 +197,7 @@ def _dot_sums(runs: jax.Array, signs: np.ndarray, dtype: jnp.dtype = jnp.float32
     # R^T times each (16, Q) slice from the left, a batched dot: XLA:CPU's fast path, where an einsum contracting the
     # middle axis transposes.
     left = jnp.broadcast_to(arithmetic.anchored(matrix.T.astype(runs.dtype), runs),
-                            (runs.shape[0], BLOCK_SIZE, BLOCK_SIZE))
+                            (runs.shape[0], RHT_SIZE, RHT_SIZE))
     return jax.lax.dot_general(left, runs, (((2,), (1,)), ((0,), (0,))), precision=jax.lax.Precision.HIGHEST,
                                preferred_element_type=out)
 
@@ -227,12 +230,12 @@ def _exact_sums(runs: jax.Array, signs: np.ndarray) -> jax.Array:
   runs = arithmetic.widen(runs)
   scale = arithmetic.anchored(np.asarray(signs, np.float32) / np.float32(4), runs)
   zero = arithmetic.anchored(np.float32(0), runs)
-  hi = [runs[:, i] * scale[i] for i in range(BLOCK_SIZE)]
+  hi = [runs[:, i] * scale[i] for i in range(RHT_SIZE)]
   lo: list[jax.Array] | None = None
-  half = BLOCK_SIZE // 2
+  half = RHT_SIZE // 2
   while half >= 1:
     new_hi, new_lo = list(hi), list(hi)
-    for start in range(0, BLOCK_SIZE, 2 * half):
+    for start in range(0, RHT_SIZE, 2 * half):
       for i in range(start, start + half):
         j = i + half
         new_hi[i], new_lo[i] = _two_sum(hi[i], hi[j])
@@ -256,11 +259,11 @@ def _butterfly_sums(runs: jax.Array, signs: np.ndarray, dtype: jnp.dtype = jnp.b
   runs = arithmetic.widen(runs)
   scale = arithmetic.anchored(np.asarray(signs, np.float32) / np.float32(4), runs)
   zero = arithmetic.anchored(np.float32(0), runs)
-  sums = [runs[:, i] * scale[i] for i in range(BLOCK_SIZE)]
-  half = BLOCK_SIZE // 2
+  sums = [runs[:, i] * scale[i] for i in range(RHT_SIZE)]
+  half = RHT_SIZE // 2
   while half >= 1:
     new = list(sums)
-    for start in range(0, BLOCK_SIZE, 2 * half):
+    for start in range(0, RHT_SIZE, 2 * half):
       for i in range(start, start + half):
         new[i], new[i + half] = sums[i] + sums[i + half], sums[i] - sums[i + half]
     sums, half = new, half // 2
@@ -285,7 +288,7 @@ def rht(x: jax.Array, axis: int = -1, signs: np.ndarray = RHT_SIGNS, *, capacity
   if order is Order.EXACT:
     return _transform(x, axis, signs, jnp.bfloat16, capacity)
   axis %= x.ndim
-  runs = x.reshape(int(np.prod(x.shape[:axis], dtype=np.int64)) * (x.shape[axis] // BLOCK_SIZE), BLOCK_SIZE, -1)
+  runs = x.reshape(int(np.prod(x.shape[:axis], dtype=np.int64)) * (x.shape[axis] // RHT_SIZE), RHT_SIZE, -1)
   y = jax.lax.platform_dependent(runs, cpu=lambda r: _transform(r, 1, signs, jnp.bfloat16, capacity),
                                  default=lambda r: _butterfly_sums(r, signs))
   return y.reshape(x.shape)
