@@ -145,7 +145,8 @@ def _report(args: argparse.Namespace, fraction: float) -> int:
   if args.tune:
     return _tune(args, fraction)
   outcome = run.preflight(args.config, args.overrides, args.target, args.devices, fraction=fraction,
-                          overhead=not args.no_overhead, against=args.against if args.predict else None)
+                          overhead=not args.no_overhead, against=args.against if args.predict else None,
+                          named=args.predict_against is not None)
   print("\n".join(outcome.lines))
   if args.json:
     args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -101,7 +101,7 @@ class Predicted:
 
 
 def predict_all(config: Any, run: Sequence[Kernel], target: Target, names: Sequence[str],
-                kernels_of: Callable[[Comparison], list[Kernel]],
+                kernels_of: Callable[[Comparison], list[Kernel] | None],
                 without_taps: Sequence[tuple[ActiveTap, Sequence[Kernel]]] = ()) -> Predicted:
   """The run's prediction and that of each named comparison.
 
@@ -110,8 +110,8 @@ def predict_all(config: Any, run: Sequence[Kernel], target: Target, names: Seque
     run: the run's kernels.
     target: the GPU predicted for.
     names: the comparisons (keys of COMPARISONS).
-    kernels_of: compiles one comparison (its overrides, in its `context()`) and returns its kernels; the caller
-      decides what a failure to compile does.
+    kernels_of: compiles one comparison (its overrides, in its `context()`) and returns its kernels, or None to
+      leave it out; the caller decides what a failure to compile does.
     without_taps: for each periodic tap the run has on, the run's kernels compiled without it (`ActiveTap.off`): the
       run's prediction is its mean step (predict.averaged), and each tap's seconds on its steps are kept.
 
@@ -127,7 +127,8 @@ def predict_all(config: Any, run: Sequence[Kernel], target: Target, names: Seque
     except ValueError as e:
       raise ValueError(f"{name}: {e}") from e
 
-  other = {name: predicted(name, kernels_of(COMPARISONS[name])) for name in names}
+  compiled = {name: kernels_of(COMPARISONS[name]) for name in names}
+  other = {name: predicted(name, found) for name, found in compiled.items() if found is not None}
   full = predicted("this run", run)
   without = [(tap, predicted(f"this run without {tap.what}", found)) for tap, found in without_taps]
   return Predicted(run=predict.averaged(full, [(p, tap.interval) for tap, p in without]), against=other,

@@ -33,10 +33,12 @@ class Outcome:
 
 
 def comparison_kernels(config_path: str, overrides: Sequence[str], target: str, devices: int,
-                       comparison: programs.Comparison, memories: dict[str, report.Memory] | None = None
-                       ) -> list[kernels_lib.Kernel]:
+                       comparison: programs.Comparison, memories: dict[str, report.Memory] | None = None,
+                       left_out: list[str] | None = None) -> list[kernels_lib.Kernel] | None:
   """The kernels of one comparison program made from the run's config and `overrides` (its memory into `memories`,
-  by name); one that does not load or compile is one line, exit 2."""
+  by name); one that does not load or compile is one line, exit 2. With `left_out` (the comparisons were not named,
+  `--predict` alone), it is a line there and None instead: a default the run's model cannot compile, such as
+  upstream's every-GEMM te_nvfp4 for a MoE whose router TE's NVFP4 GEMM refuses, must not cost the other rows."""
   theirs = programs.overrides_for(overrides, comparison)
   try:
     with comparison.context():
@@ -46,8 +48,12 @@ def comparison_kernels(config_path: str, overrides: Sequence[str], target: str, 
       memories[comparison.name] = report.Memory.of(compiled, TARGETS[target], library.mem_fraction())
     return kernels_lib.kernels(compiled.as_text())
   except Exception as e:  # pylint: disable=broad-exception-caught  # any failure of that program is one line
-    library.fail(f"the comparison program {comparison.name} ({' '.join(comparison.overrides)}) does not compile for "
-                 f"{devices} x {target}: {type(e).__name__}: {' '.join(str(e).split())[:300]}")
+    line = (f"the comparison program {comparison.name} ({' '.join(comparison.overrides)}) does not compile for "
+            f"{devices} x {target}: {type(e).__name__}: {' '.join(str(e).split())[:300]}")
+    if left_out is None:
+      library.fail(line)
+    left_out.append(f"left out: {line} (not named; one named with --predict-against is an error)")
+    return None
 
 
 def without_taps(config_path: str, overrides: Sequence[str], target: str, devices: int, config: Any
@@ -63,7 +69,7 @@ def without_taps(config_path: str, overrides: Sequence[str], target: str, device
 
 
 def preflight(config_path: str, overrides: Sequence[str], target_name: str, devices: int, *, fraction: float,
-              overhead: bool = True, against: Sequence[str] | None = None) -> Outcome:
+              overhead: bool = True, against: Sequence[str] | None = None, named: bool = True) -> Outcome:
   """The pre-flight of the run `config_path` + `overrides` on `devices` GPUs of `target_name`.
 
   Args:
@@ -71,8 +77,10 @@ def preflight(config_path: str, overrides: Sequence[str], target_name: str, devi
     overhead: measure what the plugin adds around TE's kernels (one more compile, for an NVFP4 run on TE only).
     against: predict the step time, for the run and these comparisons (programs.COMPARISONS' names); None: no
       prediction.
+    named: the user named `against` (--predict-against); False (the defaults of --predict): a comparison that does
+      not compile is left out with a line in the report instead of exit 2.
 
-  A device count the config's parallelism cannot use, a comparison that does not compile, or a program the model
+  A device count the config's parallelism cannot use, a named comparison that does not compile, or a program the model
   cannot predict for the target is one line, exit 2. A step that does not fit is not: the caller reports it after
   the report (Outcome.memory.fits).
   """
@@ -94,11 +102,13 @@ def preflight(config_path: str, overrides: Sequence[str], target_name: str, devi
       if overhead_wanted or against is not None else []
   predicted = None
   memories = {"this run": memory}
+  left_out: list[str] | None = None if named else []
   if against is not None:
     try:
       predicted = programs.predict_all(
           config, found, target, against,
-          lambda comparison: comparison_kernels(config_path, overrides, target_name, devices, comparison, memories),
+          lambda comparison: comparison_kernels(config_path, overrides, target_name, devices, comparison, memories,
+                                                left_out),
           without)
     except ValueError as e:
       library.fail(f"cannot predict the step on {devices} x {target.name}: {e}")
@@ -114,6 +124,7 @@ def preflight(config_path: str, overrides: Sequence[str], target_name: str, devi
     payload["overhead"] = measured.as_dict()
   if predicted is not None:
     lines += report.prediction_lines(predicted.run, predicted.against, target, devices, taps, memories)
+    lines += left_out or []
     payload["prediction"] = {**predicted.as_dict(), "fits": {name: m.fits for name, m in memories.items()},
-                             "peak_bytes": {name: m.peak for name, m in memories.items()}}
+                             "peak_bytes": {name: m.peak for name, m in memories.items()}, "left_out": left_out or []}
   return Outcome(lines=lines, payload=payload, memory=memory, target=target)

@@ -217,6 +217,39 @@ def test_maxtext_quantization_hands_te_nvfp4_to_maxtext_only_inside_the_block(mo
   assert configure(config) == "plugin"
 
 
+def test_a_default_comparison_that_does_not_compile_is_left_out_with_a_line(monkeypatch, capsys):
+  """--predict alone (no --predict-against): a default comparison that fails to compile, such as upstream's
+  every-GEMM te_nvfp4 for Mixtral, is a `left out` line and no kernels, not exit 2, so the other rows still print;
+  predict_all then predicts the rest."""
+  from MaxText.preflight import library, run  # pylint: disable=import-outside-toplevel  # as the pre-flight's CLI
+
+  def refuse(config, overrides, devices):
+    raise AssertionError("Data shape (4096, 8) should be divisible by block_y 16 in axis -1")
+
+  monkeypatch.setattr(library, "load_config", refuse)
+  left_out: list[str] = []
+  found = run.comparison_kernels("c.yml", ["quantization=te_nvfp4"], "b200", 8, programs.COMPARISONS["nvfp4_all"],
+                                 left_out=left_out)
+  assert found is None and not capsys.readouterr().err
+  assert left_out == ["left out: the comparison program nvfp4_all (quantization=te_nvfp4) does not compile for 8 x "
+                      "b200: AssertionError: Data shape (4096, 8) should be divisible by block_y 16 in axis -1 (not "
+                      "named; one named with --predict-against is an error)"]
+
+
+def test_predict_all_predicts_the_comparisons_that_compiled_and_leaves_out_the_rest(monkeypatch):
+  """programs.predict_all with a kernels_of that answers None for one comparison (left out, as above): the others
+  are predicted, that one is not in `against`."""
+  from MaxText.preflight.targets import TARGETS  # pylint: disable=import-outside-toplevel
+
+  monkeypatch.setattr(programs, "mlp_widths", lambda config: {})
+  monkeypatch.setattr(programs, "training_flops", lambda config: {"tflops_per_device_step": 1.0})
+  monkeypatch.setattr(programs.predict, "predict", lambda found, target, widths, flops: found)
+  monkeypatch.setattr(programs.predict, "averaged", lambda full, without: full)
+  predicted = programs.predict_all(None, "run's", TARGETS["b200"], ("fp8", "bf16", "nvfp4_all"),
+                                   lambda c: None if c.name == "nvfp4_all" else f"{c.name}'s")
+  assert predicted.run == "run's" and predicted.against == {"fp8": "fp8's", "bf16": "bf16's"}
+
+
 def test_a_comparison_program_that_does_not_compile_is_one_line_and_exit_2(monkeypatch, capsys):
   """The pre-flight's handling of a comparison that fails to load or compile: its name, its overrides and the
   error, in one line on stderr, exit 2 (what tests/te/preflight_test.py cannot provoke cheaply with a real one)."""
